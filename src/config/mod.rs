@@ -1,0 +1,126 @@
+//! Rule configuration: envoyproxy/ratelimit-compatible YAML files with sliding-window extensions.
+//!
+//! - `model`: the YAML structures as written by users (serde, unknown keys rejected).
+//! - `validate`/`load`: files or a directory into a [`RuleSet`], every error naming file and field.
+//! - `tree`: the compiled descriptor-matching tree (a map per level, so cost does not grow with
+//!   the number of rules).
+//! - `reload`: watching the files and SIGHUP; all-or-nothing swaps of the live [`RuleSet`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+mod error;
+mod load;
+mod model;
+pub mod reload;
+mod tree;
+
+pub use error::{ConfigError, ConfigErrors};
+pub use load::{load_path, load_sources};
+pub use tree::{DomainRules, RuleMatch, RuleSet};
+
+/// The unit of a limit, as in envoyproxy/ratelimit. Month is 30 days, year 365 days.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Unit {
+    /// The length of one unit.
+    pub fn duration(self) -> Duration {
+        const DAY: u64 = 86_400;
+        Duration::from_secs(match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 30 * DAY,
+            Unit::Year => 365 * DAY,
+        })
+    }
+
+    /// Upper-case name as written in Envoy's protos (`SECOND`, `MINUTE`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+}
+
+/// One sliding-window limit: `requests_per_unit` per `unit_multiplier` units.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Limit {
+    pub requests_per_unit: u64,
+    pub unit: Unit,
+    /// Window length in units (extension; 1 in envoyproxy/ratelimit files).
+    pub unit_multiplier: u64,
+}
+
+impl Limit {
+    /// The sliding window's length.
+    pub fn window(&self) -> Duration {
+        self.unit.duration().saturating_mul(self.unit_multiplier.min(u32::MAX as u64) as u32)
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.unit_multiplier == 1 {
+            write!(f, "{} per {}", self.requests_per_unit, self.unit.as_str())
+        } else {
+            write!(
+                f,
+                "{} per {} {}",
+                self.requests_per_unit,
+                self.unit_multiplier,
+                self.unit.as_str()
+            )
+        }
+    }
+}
+
+/// A compiled rule: the `rate_limit`/`rate_limits` of one descriptor node and its flags.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// The domain the rule belongs to.
+    pub domain: String,
+    /// Path in the config, e.g. `remote_address` or `key_value.subkey` (the envoyproxy/ratelimit
+    /// stats key without the domain).
+    pub path: String,
+    /// `rate_limit.name`, if set.
+    pub name: Option<String>,
+    /// The limits; empty when `unlimited`. With several, the descriptor is over limit when any is.
+    pub limits: Vec<Limit>,
+    pub unlimited: bool,
+    pub shadow_mode: bool,
+    pub detailed_metric: bool,
+    pub value_to_metric: bool,
+    /// Names of rules this one replaces for a request that matches both.
+    pub replaces: Vec<String>,
+    /// Where the rule was defined (file path), for `/rlconfig` and errors.
+    pub source: Arc<str>,
+}
+
+impl Rule {
+    /// The name used in metrics when no runtime value is involved: `name` if set, else `path`.
+    pub fn stats_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.path)
+    }
+}
+
+/// The live rules, swapped atomically on reload: readers get either the old or the new set.
+pub type LiveRules = Arc<arc_swap::ArcSwap<RuleSet>>;

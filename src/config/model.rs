@@ -1,0 +1,1 @@
+//! The YAML structures as users write them.

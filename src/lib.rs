@@ -1,0 +1,18 @@
+//! slidegate: a sliding-window rate-limit service for Envoy's RateLimitService v3 and nginx.
+//!
+//! The layers follow the flow of a request, each in its own module:
+//!
+//! - [`config`]: the YAML rule files, their validation, the descriptor-matching tree and reloads.
+//! - [`limiter`]: turns a request (domain + descriptors) into counters using the rules, asks the
+//!   store for one all-or-nothing decision, and turns the answer into per-descriptor statuses.
+//! - [`store`]: the sliding-window stores (embedded memory, Redis, Redis Cluster) behind one trait.
+//! - [`service`]: the transports (gRPC RLS, HTTP `/json`, `/check`, health, `/rlconfig`, `/metrics`).
+//! - [`metrics`]: the Prometheus registry.
+//! - [`bench`]: a gRPC load generator for any RateLimitService v3 server.
+
+pub mod bench;
+pub mod config;
+pub mod limiter;
+pub mod metrics;
+pub mod service;
+pub mod store;

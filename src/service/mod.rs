@@ -1,0 +1,1 @@
+//! The transports: gRPC RateLimitService v3 and the HTTP endpoints.

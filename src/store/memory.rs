@@ -1,0 +1,1 @@
+//! The embedded in-memory store: an exact sliding log per counter, sharded.
