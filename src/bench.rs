@@ -1,1 +1,487 @@
 //! `slidegate bench`: a gRPC load generator for any RateLimitService v3 server.
+//!
+//! It speaks only the public Envoy API, so it measures slidegate and its peers alike. Every worker
+//! runs a closed loop (send, wait, record): `--concurrency` workers share `--connections` HTTP/2
+//! connections. Latency goes into an HDR histogram per worker, merged at the end, so percentiles are
+//! exact to three significant digits with no coordination on the hot path. A warm-up phase runs
+//! first and is not measured.
+//!
+//! With `--server-pid`, the server's CPU time (user + system, from `/proc/PID/stat`) over the
+//! measured phase is divided by the requests served: CPU per request is the figure that stays
+//! comparable on a shared, noisy machine where absolute rates drift.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use hdrhistogram::Histogram;
+use rand::Rng;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use rand_distr::{Distribution, Zipf};
+use tonic::transport::{Channel, Endpoint};
+
+/// Errors that stop a benchmark before it measures anything.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("cannot connect to {target}: {source}")]
+    Connect {
+        target: String,
+        source: tonic::transport::Error,
+    },
+}
+
+/// How descriptor values are drawn from the key space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeyDistribution {
+    /// Every key equally likely.
+    Uniform,
+    /// Zipf-distributed (exponent `--zipf-exponent`): a few hot keys take most requests.
+    Zipf,
+}
+
+/// Options of `slidegate bench`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchArgs {
+    /// gRPC address of the RateLimitService to load.
+    #[arg(long, env = "SLIDEGATE_BENCH_TARGET", default_value = "http://127.0.0.1:8081")]
+    pub target: String,
+    /// Domain sent in every request.
+    #[arg(long, env = "SLIDEGATE_BENCH_DOMAIN", default_value = "bench")]
+    pub domain: String,
+    /// Descriptor entry key; the value is drawn from the key space.
+    #[arg(long, env = "SLIDEGATE_BENCH_KEY", default_value = "client")]
+    pub key: String,
+    /// Descriptors per request (each gets its own value, so its own counter).
+    #[arg(long, env = "SLIDEGATE_BENCH_DESCRIPTORS", default_value_t = 1)]
+    pub descriptors: usize,
+    /// Number of distinct descriptor values (counters) per descriptor position.
+    #[arg(long, env = "SLIDEGATE_BENCH_KEYS", default_value_t = 10_000)]
+    pub keys: u64,
+    /// How values are drawn from the key space.
+    #[arg(long, env = "SLIDEGATE_BENCH_DISTRIBUTION", value_enum, default_value = "uniform")]
+    pub distribution: KeyDistribution,
+    /// Zipf exponent for `--distribution zipf` (1.0 is the classic skew).
+    #[arg(long, env = "SLIDEGATE_BENCH_ZIPF_EXPONENT", default_value_t = 1.0)]
+    pub zipf_exponent: f64,
+    /// HTTP/2 connections to open; workers are spread over them.
+    #[arg(long, env = "SLIDEGATE_BENCH_CONNECTIONS", default_value_t = 4)]
+    pub connections: usize,
+    /// Requests in flight at once (closed-loop workers).
+    #[arg(long, env = "SLIDEGATE_BENCH_CONCURRENCY", default_value_t = 64)]
+    pub concurrency: usize,
+    /// Measured duration, e.g. `10s`.
+    #[arg(long, env = "SLIDEGATE_BENCH_DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Unmeasured warm-up before the measured phase, e.g. `2s`.
+    #[arg(long, env = "SLIDEGATE_BENCH_WARMUP", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Target rate in requests per second over all workers (0 = as fast as possible).
+    #[arg(long, env = "SLIDEGATE_BENCH_RATE", default_value_t = 0)]
+    pub rate: u64,
+    /// `hits_addend` of every request.
+    #[arg(long, env = "SLIDEGATE_BENCH_HITS", default_value_t = 1)]
+    pub hits: u32,
+    /// Per-call deadline; slower calls count as errors.
+    #[arg(long, env = "SLIDEGATE_BENCH_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// PID of the server under test: report its CPU time per request (Linux /proc).
+    #[arg(long, env = "SLIDEGATE_BENCH_SERVER_PID")]
+    pub server_pid: Option<u32>,
+    /// Print only the JSON line (no text report, no progress bar).
+    #[arg(long, env = "SLIDEGATE_BENCH_JSON")]
+    pub json: bool,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchReport {
+    pub target: String,
+    pub descriptors: usize,
+    pub keys: u64,
+    pub distribution: String,
+    pub connections: usize,
+    pub concurrency: usize,
+    pub duration_s: f64,
+    pub requests: u64,
+    pub allowed: u64,
+    pub denied: u64,
+    pub errors: u64,
+    pub throughput_rps: f64,
+    pub latency_us: Percentiles,
+    /// Server CPU microseconds per request, when `--server-pid` was given.
+    pub server_cpu_us_per_request: Option<f64>,
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Percentiles {
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub mean: f64,
+}
+
+/// Tallies of one worker, merged at the end.
+struct WorkerStats {
+    histogram: Histogram<u64>,
+    allowed: u64,
+    denied: u64,
+    errors: u64,
+}
+
+impl WorkerStats {
+    fn new() -> Self {
+        WorkerStats {
+            // 1 µs .. 60 s at 3 significant digits; the bounds cannot be invalid.
+            histogram: Histogram::new_with_bounds(1, 60_000_000, 3)
+                .expect("constant histogram bounds are valid"),
+            allowed: 0,
+            denied: 0,
+            errors: 0,
+        }
+    }
+}
+
+/// Runs the benchmark and prints the report (text unless `--json`, then one JSON line).
+pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
+    validate(&args)?;
+    let channels = connect(&args).await?;
+    let keys = Arc::new(KeySpace::new(&args)?);
+    let requests_done = Arc::new(AtomicU64::new(0));
+
+    // Warm-up: same load, results discarded.
+    if !args.warmup.is_zero() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let _ = drive(&args, &channels, &keys, args.warmup, &stop, &requests_done).await;
+    }
+
+    requests_done.store(0, Ordering::Relaxed);
+    let cpu_before = args.server_pid.and_then(process_cpu_time);
+    let progress = progress_bar(&args);
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = progress.clone().map(|bar| {
+        let done = requests_done.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                bar.set_position(done.load(Ordering::Relaxed));
+            }
+        })
+    });
+    let started = Instant::now();
+    let stats = drive(&args, &channels, &keys, args.duration, &stop, &requests_done).await;
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    if let Some(ticker) = ticker {
+        let _ = ticker.await;
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let cpu_after = args.server_pid.and_then(process_cpu_time);
+
+    let report = summarize(&args, stats, elapsed, cpu_before.zip(cpu_after));
+    print_report(&args, &report);
+    Ok(report)
+}
+
+fn validate(args: &BenchArgs) -> Result<(), BenchError> {
+    let invalid = |m: &str| Err(BenchError::Invalid(m.to_string()));
+    if args.descriptors == 0 {
+        return invalid("--descriptors must be at least 1");
+    }
+    if args.keys == 0 {
+        return invalid("--keys must be at least 1");
+    }
+    if args.connections == 0 || args.concurrency == 0 {
+        return invalid("--connections and --concurrency must be at least 1");
+    }
+    if args.duration.is_zero() {
+        return invalid("--duration must be positive");
+    }
+    Ok(())
+}
+
+async fn connect(args: &BenchArgs) -> Result<Vec<Channel>, BenchError> {
+    let connect_error = |source| BenchError::Connect {
+        target: args.target.clone(),
+        source,
+    };
+    let endpoint = Endpoint::from_shared(args.target.clone())
+        .map_err(connect_error)?
+        .tcp_nodelay(true)
+        .timeout(args.timeout);
+    let mut channels = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        channels.push(endpoint.connect().await.map_err(connect_error)?);
+    }
+    Ok(channels)
+}
+
+/// Runs all workers for `duration` and returns their tallies.
+async fn drive(
+    args: &BenchArgs,
+    channels: &[Channel],
+    keys: &Arc<KeySpace>,
+    duration: Duration,
+    stop: &Arc<AtomicBool>,
+    done: &Arc<AtomicU64>,
+) -> Vec<WorkerStats> {
+    let deadline = Instant::now() + duration;
+    // Each worker paces itself at rate / concurrency when a rate is asked for.
+    let interval = (args.rate > 0)
+        .then(|| Duration::from_secs_f64(args.concurrency as f64 / args.rate as f64));
+    let mut workers = Vec::with_capacity(args.concurrency);
+    for worker in 0..args.concurrency {
+        let client = RateLimitServiceClient::new(channels[worker % channels.len()].clone());
+        let job = Worker {
+            client,
+            keys: keys.clone(),
+            domain: args.domain.clone(),
+            key: args.key.clone(),
+            descriptors: args.descriptors,
+            hits: args.hits,
+            interval,
+            rng: SmallRng::seed_from_u64(worker as u64 + 1),
+        };
+        let stop = stop.clone();
+        let done = done.clone();
+        workers.push(tokio::spawn(job.run(deadline, stop, done)));
+    }
+    let mut stats = Vec::with_capacity(workers.len());
+    for worker in workers {
+        if let Ok(s) = worker.await {
+            stats.push(s);
+        }
+    }
+    stats
+}
+
+struct Worker {
+    client: RateLimitServiceClient<Channel>,
+    keys: Arc<KeySpace>,
+    domain: String,
+    key: String,
+    descriptors: usize,
+    hits: u32,
+    interval: Option<Duration>,
+    rng: SmallRng,
+}
+
+impl Worker {
+    async fn run(
+        mut self,
+        deadline: Instant,
+        stop: Arc<AtomicBool>,
+        done: Arc<AtomicU64>,
+    ) -> WorkerStats {
+        let mut stats = WorkerStats::new();
+        let mut next_send = Instant::now();
+        while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+            if let Some(interval) = self.interval {
+                tokio::time::sleep_until(next_send.into()).await;
+                next_send += interval;
+            }
+            let request = self.request();
+            let sent = Instant::now();
+            let outcome = self.client.should_rate_limit(request).await;
+            let micros = sent.elapsed().as_micros().min(u64::MAX as u128) as u64;
+            let _ = stats.histogram.record(micros.max(1));
+            match outcome {
+                Ok(response) if response.get_ref().overall_code == Code::OverLimit as i32 => {
+                    stats.denied += 1
+                }
+                Ok(_) => stats.allowed += 1,
+                Err(_) => stats.errors += 1,
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+        stats
+    }
+
+    fn request(&mut self) -> RateLimitRequest {
+        let descriptors = (0..self.descriptors)
+            .map(|position| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: self.key.clone(),
+                    value: format!("{position}-{}", self.keys.sample(&mut self.rng)),
+                }],
+                ..Default::default()
+            })
+            .collect();
+        RateLimitRequest {
+            domain: self.domain.clone(),
+            descriptors,
+            hits_addend: self.hits,
+        }
+    }
+}
+
+/// The key space the descriptor values are drawn from.
+enum KeySpace {
+    Uniform(u64),
+    Zipf(Zipf<f64>),
+}
+
+impl KeySpace {
+    fn new(args: &BenchArgs) -> Result<Self, BenchError> {
+        match args.distribution {
+            KeyDistribution::Uniform => Ok(KeySpace::Uniform(args.keys)),
+            KeyDistribution::Zipf => Zipf::new(args.keys as f64, args.zipf_exponent)
+                .map(KeySpace::Zipf)
+                .map_err(|e| BenchError::Invalid(format!("--zipf-exponent: {e}"))),
+        }
+    }
+
+    fn sample(&self, rng: &mut SmallRng) -> u64 {
+        match self {
+            KeySpace::Uniform(n) => rng.random_range(0..*n),
+            // Zipf yields 1..=n as a float; shift to 0-based.
+            KeySpace::Zipf(zipf) => zipf.sample(rng) as u64 - 1,
+        }
+    }
+}
+
+fn progress_bar(args: &BenchArgs) -> Option<indicatif::ProgressBar> {
+    if args.json || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {pos} requests ({per_sec})")
+    {
+        bar.set_style(style);
+    }
+    Some(bar)
+}
+
+fn summarize(
+    args: &BenchArgs,
+    stats: Vec<WorkerStats>,
+    elapsed: Duration,
+    cpu: Option<(Duration, Duration)>,
+) -> BenchReport {
+    let mut total = WorkerStats::new();
+    for s in stats {
+        let _ = total.histogram.add(&s.histogram);
+        total.allowed += s.allowed;
+        total.denied += s.denied;
+        total.errors += s.errors;
+    }
+    let requests = total.allowed + total.denied + total.errors;
+    let h = &total.histogram;
+    let seconds = elapsed.as_secs_f64();
+    BenchReport {
+        target: args.target.clone(),
+        descriptors: args.descriptors,
+        keys: args.keys,
+        distribution: format!("{:?}", args.distribution).to_lowercase(),
+        connections: args.connections,
+        concurrency: args.concurrency,
+        duration_s: seconds,
+        requests,
+        allowed: total.allowed,
+        denied: total.denied,
+        errors: total.errors,
+        throughput_rps: requests as f64 / seconds.max(f64::EPSILON),
+        latency_us: Percentiles {
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            mean: h.mean(),
+        },
+        server_cpu_us_per_request: cpu.filter(|_| requests > 0).map(|(before, after)| {
+            after.saturating_sub(before).as_secs_f64() * 1e6 / requests as f64
+        }),
+    }
+}
+
+fn print_report(args: &BenchArgs, r: &BenchReport) {
+    if !args.json {
+        println!(
+            "{} requests in {:.2}s: {:.0} req/s ({} allowed, {} denied, {} errors)",
+            r.requests, r.duration_s, r.throughput_rps, r.allowed, r.denied, r.errors
+        );
+        let l = &r.latency_us;
+        println!(
+            "latency µs: p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.1})",
+            l.p50, l.p90, l.p99, l.p999, l.max, l.mean
+        );
+        if let Some(cpu) = r.server_cpu_us_per_request {
+            println!("server CPU: {cpu:.2} µs per request");
+        }
+    }
+    match serde_json::to_string(r) {
+        Ok(line) => println!("{line}"),
+        Err(e) => eprintln!("cannot encode report: {e}"),
+    }
+}
+
+/// User + system CPU time of a process, from `/proc/PID/stat` (Linux; `None` elsewhere).
+pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields after its closing ')' are fixed.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 overall, i.e. 11 and 12 after the state field (3).
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports in USER_HZ, which is 100 on every mainstream configuration.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_cpu_time() {
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert!(x != 1);
+        assert!(process_cpu_time(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn zipf_keys_stay_in_range() {
+        let args = BenchArgs {
+            target: String::new(),
+            domain: String::new(),
+            key: String::new(),
+            descriptors: 1,
+            keys: 10,
+            distribution: KeyDistribution::Zipf,
+            zipf_exponent: 1.2,
+            connections: 1,
+            concurrency: 1,
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            rate: 0,
+            hits: 1,
+            timeout: Duration::from_secs(1),
+            server_pid: None,
+            json: true,
+        };
+        let space = KeySpace::new(&args).expect("valid zipf");
+        let mut rng = SmallRng::seed_from_u64(7);
+        let samples: Vec<u64> = (0..10_000).map(|_| space.sample(&mut rng)).collect();
+        assert!(samples.iter().all(|&k| k < 10));
+        let hottest = samples.iter().filter(|&&k| k == 0).count();
+        assert!(hottest > 2_000, "key 0 should dominate, got {hottest}");
+    }
+}

@@ -1,4 +1,10 @@
 //! The compiled descriptor-matching tree.
+//!
+//! Each level maps a descriptor key to the nodes for that key: exact values in a `HashMap`,
+//! wildcard values in a short list kept in config order, and at most one key-only node. A request
+//! entry therefore costs two hash lookups (plus the wildcards of its key, if any), however many
+//! rules there are. Matching borrows from the tree and the request; the only allocation on the hot
+//! path is `RuleMatch::counter_entries`.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -10,12 +16,14 @@ use super::Rule;
 #[derive(Debug, Default)]
 pub struct RuleSet {
     domains: HashMap<String, DomainRules>,
+    /// Every rule, sorted by domain then path (for `/rlconfig` and `rule_count`).
+    rules: Vec<Arc<Rule>>,
 }
 
 /// The rules of one domain.
 #[derive(Debug, Default)]
 pub struct DomainRules {
-    // filled in by the config implementation
+    root: Level,
 }
 
 /// The rule a request descriptor matched.
@@ -25,33 +33,324 @@ pub struct RuleMatch<'a> {
     /// The entries that identify the counter: the request's entries, except that a value matched
     /// by a `share_threshold` wildcard is replaced by the pattern (all such values share one counter).
     pub counter_entries: Vec<(&'a str, &'a str)>,
-    /// The metrics name: the rule's `name`, else its path; with `detailed_metric` /
-    /// `value_to_metric` the runtime values are part of it.
+    /// The metrics name. In order of precedence:
+    /// - `detailed_metric` on the rule: every request entry as `key_value`, joined with `.`;
+    /// - `value_to_metric` on any node of the path: the static path, except that key-only and
+    ///   wildcard levels whose node has `value_to_metric` show the request's value (`key_value`);
+    /// - else the rule's `name`, else its static path ([`Rule::stats_name`]), borrowed.
+    ///
+    /// Runtime values appear only when the config asks for them, so metric cardinality stays
+    /// bounded by the config, not by clients.
     pub stats_name: Cow<'a, str>,
 }
 
 impl RuleSet {
+    /// Builds a rule set; `rules` are sorted here.
+    pub(super) fn new(domains: HashMap<String, DomainRules>, mut rules: Vec<Arc<Rule>>) -> Self {
+        rules.sort_by(|a, b| (&a.domain, &a.path).cmp(&(&b.domain, &b.path)));
+        RuleSet { domains, rules }
+    }
+
     /// The rules of a domain, if it is configured.
     pub fn domain(&self, name: &str) -> Option<&DomainRules> {
         self.domains.get(name)
     }
 
+    /// The configured domains, sorted.
+    pub fn domain_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.domains.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Number of rules (nodes with a `rate_limit`/`rate_limits`/`unlimited`) over all domains.
     pub fn rule_count(&self) -> usize {
-        0
+        self.rules.len()
     }
 
     /// Every rule, for `/rlconfig`, sorted by domain then path.
     pub fn rules(&self) -> Vec<&Arc<Rule>> {
-        Vec::new()
+        self.rules.iter().collect()
     }
 }
 
 impl DomainRules {
+    pub(super) fn new(root: Level) -> Self {
+        DomainRules { root }
+    }
+
     /// Matches one request descriptor's entries (key, value), level by level. `None` when no rule
     /// applies (no match, or the node reached by the last entry has no limit).
+    ///
+    /// At each level: the exact `key`+`value` node, else the first wildcard of that key (config
+    /// order) that matches, else the key-only node. The request must end exactly at a node with a
+    /// rule: a longer or shorter descriptor than the config's path matches nothing, as in
+    /// envoyproxy/ratelimit.
     pub fn match_entries<'a>(&'a self, entries: &[(&'a str, &'a str)]) -> Option<RuleMatch<'a>> {
-        let _ = entries;
-        None
+        let mut shared = false;
+        let node = self.walk(entries, |step| shared |= step.shares_value())?;
+        let rule = node.rule.as_ref()?;
+        let counter_entries = if shared {
+            let mut out = Vec::with_capacity(entries.len());
+            self.walk(entries, |step| out.push((step.key, step.counter_value())));
+            out
+        } else {
+            entries.to_vec()
+        };
+        let stats_name = if rule.detailed_metric {
+            Cow::Owned(detailed_name(entries))
+        } else if rule.value_to_metric {
+            let mut name = String::new();
+            self.walk(entries, |step| step.push_metric_segment(&mut name));
+            Cow::Owned(name)
+        } else {
+            Cow::Borrowed(rule.stats_name())
+        };
+        Some(RuleMatch {
+            rule,
+            counter_entries,
+            stats_name,
+        })
+    }
+
+    /// Follows `entries` down the tree, calling `visit` for each level, and returns the node the
+    /// last entry reached. Deterministic, so callers may walk twice instead of allocating a path.
+    fn walk<'a>(
+        &'a self,
+        entries: &[(&'a str, &'a str)],
+        mut visit: impl FnMut(Step<'a>),
+    ) -> Option<&'a Node> {
+        let mut level = &self.root;
+        let mut reached = None;
+        for &(key, value) in entries {
+            let (node, how) = level.find(key, value)?;
+            visit(Step {
+                key,
+                value,
+                node,
+                how,
+            });
+            level = &node.children;
+            reached = Some(node);
+        }
+        reached
+    }
+}
+
+/// `key_value` for every entry (`key` alone for an empty value), joined with `.`.
+fn detailed_name(entries: &[(&str, &str)]) -> String {
+    let mut name = String::with_capacity(entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if i > 0 {
+            name.push('.');
+        }
+        push_segment(&mut name, key, value);
+    }
+    name
+}
+
+fn push_segment(out: &mut String, key: &str, value: &str) {
+    out.push_str(key);
+    if !value.is_empty() {
+        out.push('_');
+        out.push_str(value);
+    }
+}
+
+/// One level of a walk: the request's entry and the node it matched.
+struct Step<'a> {
+    key: &'a str,
+    value: &'a str,
+    node: &'a Node,
+    how: Matched<'a>,
+}
+
+/// How an entry matched its node.
+#[derive(Clone, Copy)]
+enum Matched<'a> {
+    Exact,
+    Wildcard(&'a Pattern),
+    KeyOnly,
+}
+
+impl<'a> Step<'a> {
+    fn shares_value(&self) -> bool {
+        matches!(self.how, Matched::Wildcard(_)) && self.node.share_threshold
+    }
+
+    /// The value that identifies the counter at this level.
+    fn counter_value(&self) -> &'a str {
+        match self.how {
+            Matched::Wildcard(pattern) if self.node.share_threshold => pattern.as_str(),
+            _ => self.value,
+        }
+    }
+
+    /// Appends this level to a `value_to_metric` name.
+    fn push_metric_segment(&self, name: &mut String) {
+        if !name.is_empty() {
+            name.push('.');
+        }
+        let runtime = self.node.value_to_metric && !matches!(self.how, Matched::Exact);
+        if runtime {
+            push_segment(name, self.key, self.value);
+        } else {
+            name.push_str(&self.node.segment);
+        }
+    }
+}
+
+/// The nodes of one level, by key.
+#[derive(Debug, Default)]
+pub(super) struct Level {
+    keys: HashMap<String, KeyNodes>,
+}
+
+/// The nodes of one key at one level.
+#[derive(Debug, Default)]
+pub(super) struct KeyNodes {
+    exact: HashMap<String, Node>,
+    /// In config order: the first match wins.
+    wildcards: Vec<(Pattern, Node)>,
+    key_only: Option<Box<Node>>,
+}
+
+/// Where a new node would go, for the duplicate check.
+pub(super) enum Slot {
+    Exact(String),
+    Wildcard(Pattern),
+    KeyOnly,
+}
+
+impl Level {
+    fn find<'a>(&'a self, key: &str, value: &str) -> Option<(&'a Node, Matched<'a>)> {
+        let nodes = self.keys.get(key)?;
+        if let Some(node) = nodes.exact.get(value) {
+            return Some((node, Matched::Exact));
+        }
+        if let Some((pattern, node)) = nodes.wildcards.iter().find(|(p, _)| p.matches(value)) {
+            return Some((node, Matched::Wildcard(pattern)));
+        }
+        nodes.key_only.as_deref().map(|node| (node, Matched::KeyOnly))
+    }
+
+    /// Adds a node; gives it back if the slot is taken (a duplicate key/value at this level).
+    pub(super) fn insert(&mut self, key: &str, slot: Slot, node: Node) -> Result<(), Node> {
+        let nodes = self.keys.entry(key.to_owned()).or_default();
+        match slot {
+            Slot::Exact(value) => {
+                if nodes.exact.contains_key(&value) {
+                    return Err(node);
+                }
+                nodes.exact.insert(value, node);
+            }
+            Slot::Wildcard(pattern) => {
+                if nodes.wildcards.iter().any(|(p, _)| p.text == pattern.text) {
+                    return Err(node);
+                }
+                nodes.wildcards.push((pattern, node));
+            }
+            Slot::KeyOnly => {
+                if nodes.key_only.is_some() {
+                    return Err(node);
+                }
+                nodes.key_only = Some(Box::new(node));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One descriptor node of the config.
+#[derive(Debug)]
+pub(super) struct Node {
+    /// This level's part of the static path: `key`, or `key_value` (the pattern for wildcards).
+    pub segment: String,
+    pub rule: Option<Arc<Rule>>,
+    pub value_to_metric: bool,
+    pub share_threshold: bool,
+    pub children: Level,
+}
+
+/// A wildcard value: `*` matches any run of characters (including none), anywhere in the value.
+/// There is no escape: a value containing `*` is always a pattern, as in envoyproxy/ratelimit.
+#[derive(Debug, Clone)]
+pub(super) struct Pattern {
+    text: String,
+    /// The literal parts between the `*`s; at least two (the text contains a `*`).
+    parts: Vec<String>,
+}
+
+impl Pattern {
+    /// `None` when `text` has no `*` (an exact value).
+    pub(super) fn new(text: &str) -> Option<Pattern> {
+        text.contains('*').then(|| Pattern {
+            text: text.to_owned(),
+            parts: text.split('*').map(str::to_owned).collect(),
+        })
+    }
+
+    pub(super) fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Glob match. The prefix and suffix are anchored; the middle parts are found left to right,
+    /// each at its earliest position, which is correct for patterns with only `*`.
+    pub(super) fn matches(&self, value: &str) -> bool {
+        let (Some(first), Some(last)) = (self.parts.first(), self.parts.last()) else {
+            return false;
+        };
+        if value.len() < first.len() + last.len()
+            || !value.starts_with(first.as_str())
+            || !value.ends_with(last.as_str())
+        {
+            return false;
+        }
+        let Some(mut rest) = value.get(first.len()..value.len() - last.len()) else {
+            return false;
+        };
+        let middle = self.parts.get(1..self.parts.len() - 1).unwrap_or(&[]);
+        for part in middle {
+            match rest.find(part.as_str()) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pattern;
+
+    fn matches(pattern: &str, value: &str) -> bool {
+        Pattern::new(pattern).expect("a pattern").matches(value)
+    }
+
+    #[test]
+    fn glob_prefix_suffix_middle() {
+        assert!(matches("/api/*", "/api/"));
+        assert!(matches("/api/*", "/api/users/1"));
+        assert!(!matches("/api/*", "/apix"));
+        assert!(matches("*.png", "a/b.png"));
+        assert!(!matches("*.png", "a/b.png.txt"));
+        assert!(matches("/a/*/c", "/a/b/c"));
+        assert!(matches("/a/*/c", "/a//c"));
+        assert!(!matches("/a/*/c", "/a/c"));
+        assert!(matches("*", ""));
+        assert!(matches("a*b*c", "abc"));
+        assert!(matches("a*b*c", "aXbYbZc"));
+        assert!(!matches("a*b*c", "acb"));
+        assert!(!matches("ab*ba", "aba"));
+        assert!(matches("ab*ba", "abba"));
+        assert!(matches("**", "anything"));
+        assert!(matches("é*ü", "éaü"));
+        assert!(!matches("é*ü", "éa"));
+    }
+
+    #[test]
+    fn not_a_pattern_without_star() {
+        assert!(Pattern::new("/api").is_none());
     }
 }

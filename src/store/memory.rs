@@ -1,1 +1,529 @@
 //! The embedded in-memory store: an exact sliding log per counter, sharded.
+//!
+//! Each counter keeps the times of the hits in its window, oldest first, as a ring of packed
+//! *runs*: one `u64` holds a timestamp (microseconds since the store was created, upper 52 bits,
+//! good for 142 years) and a hit count (lower 12 bits, 1 to 4096). A request of `h` hits is one run,
+//! and requests landing in the same microsecond share one, so the log stays compact whatever `hits`
+//! clients send. Measured by [`MemoryStore::stats`] (see the `bytes_per_tracked_hit` test): a
+//! saturated counter of 1000 single hits costs 8.2 bytes per tracked hit for its ring plus about
+//! 130 bytes for the counter itself (map slot, key, ring header); 10 000 counters of 100 hits each
+//! cost about 11.5 bytes per tracked hit all in.
+//!
+//! Counters live in [`SHARDS`] independently locked hash maps, picked by key hash, so requests on
+//! different counters rarely wait for each other. A request's counters may span several shards: the
+//! store locks every shard involved, in ascending index order and each once, before looking at any
+//! counter. That makes the all-or-nothing decision atomic with respect to every concurrent request,
+//! and the fixed order means two requests can never wait for each other in a cycle.
+//!
+//! Memory stays bounded by what the windows hold: a counter drops expired runs whenever it is
+//! touched, a counter left empty is removed at once, and idle counters are swept a shard at a time
+//! every [`SWEEP_EVERY`] decisions (no runtime or timer needed), by [`MemoryStore::sweep`], or by the
+//! optional task from [`MemoryStore::spawn_sweeper`].
+//!
+//! The clock is injected. If it steps backwards, a counter keeps to its newest hit's time until the
+//! clock catches up, so a log never goes out of order and nothing is admitted twice.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::{Mutex, MutexGuard};
+
+use super::{Clock, Counter, CounterKey, CounterResult, Decision, Store, StoreError};
+
+/// Number of independently locked maps. A power of two well above the core count keeps contention
+/// negligible; each shard costs one small map.
+pub const SHARDS: usize = 64;
+
+/// One shard is swept after this many decisions, so all of them every `SHARDS * SWEEP_EVERY`.
+pub const SWEEP_EVERY: u64 = 1024;
+
+const HIT_BITS: u32 = 12;
+const MAX_RUN_HITS: u64 = 1 << HIT_BITS;
+const MAX_TIME: u64 = (1 << (64 - HIT_BITS)) - 1;
+
+/// Hits recorded in one microsecond: the time in the upper bits, `hits - 1` in the lower ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run(u64);
+
+impl Run {
+    /// `hits` must be in `1..=MAX_RUN_HITS`; `at` is capped to the representable range.
+    fn new(at: u64, hits: u64) -> Run {
+        debug_assert!((1..=MAX_RUN_HITS).contains(&hits));
+        Run((at.min(MAX_TIME) << HIT_BITS) | (hits - 1))
+    }
+
+    fn at(self) -> u64 {
+        self.0 >> HIT_BITS
+    }
+
+    fn hits(self) -> u64 {
+        (self.0 & (MAX_RUN_HITS - 1)) + 1
+    }
+}
+
+/// The sliding log of one counter.
+#[derive(Debug)]
+struct Log {
+    runs: VecDeque<Run>,
+    /// Sum of the runs' hits, so counting is O(1).
+    hits: u64,
+    /// The counter's window in microseconds, kept so a sweep can expire the log on its own.
+    window: u64,
+}
+
+impl Log {
+    fn new(window: u64) -> Log {
+        Log {
+            runs: VecDeque::new(),
+            hits: 0,
+            window,
+        }
+    }
+
+    /// Drops the runs that left the window `(now - window, now]`.
+    fn trim(&mut self, now: u64) {
+        while let Some(run) = self.runs.front() {
+            if run.at().saturating_add(self.window) > now {
+                break;
+            }
+            self.hits -= run.hits();
+            self.runs.pop_front();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    fn newest(&self) -> Option<u64> {
+        self.runs.back().map(|r| r.at())
+    }
+
+    fn oldest(&self) -> Option<u64> {
+        self.runs.front().map(|r| r.at())
+    }
+
+    /// Appends `hits` at `at` (never before the newest run), merging into the newest run when it
+    /// has the same time.
+    fn record(&mut self, at: u64, mut hits: u64) {
+        self.hits += hits;
+        if let Some(last) = self.runs.back_mut()
+            && last.at() == at.min(MAX_TIME)
+        {
+            let room = MAX_RUN_HITS - last.hits();
+            let add = room.min(hits);
+            *last = Run::new(at, last.hits() + add);
+            hits -= add;
+        }
+        while hits > 0 {
+            let add = hits.min(MAX_RUN_HITS);
+            self.runs.push_back(Run::new(at, add));
+            hits -= add;
+        }
+    }
+
+    /// The instant at which the oldest `k` hits will all have left the window, if the log holds
+    /// that many.
+    fn when_dropped(&self, k: u64) -> Option<u64> {
+        let mut seen = 0;
+        for run in &self.runs {
+            seen += run.hits();
+            if seen >= k {
+                return Some(run.at().saturating_add(self.window));
+            }
+        }
+        None
+    }
+
+    /// Bytes on the heap for the ring (not the map slot).
+    fn heap_bytes(&self) -> usize {
+        self.runs.capacity() * std::mem::size_of::<Run>()
+    }
+
+    /// Gives memory back after a burst once the log is much smaller than its ring.
+    fn shrink(&mut self) {
+        if self.runs.capacity() > 4 * self.runs.len().max(4) {
+            self.runs.shrink_to_fit();
+        }
+    }
+}
+
+type Shard = HashMap<CounterKey, Log>;
+
+/// The default store: exact, process-local, no dependencies. See the module docs.
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    /// The clock's reading at creation, so runs store small relative times.
+    epoch: u64,
+    hasher: RandomState,
+    shards: Box<[Mutex<Shard>]>,
+    decisions: AtomicU64,
+}
+
+/// A snapshot of what a [`MemoryStore`] holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Counters with at least one run (or not yet swept).
+    pub counters: usize,
+    /// Hits in all logs (including expired ones not yet dropped).
+    pub hits: u64,
+    /// Packed runs in all logs.
+    pub runs: usize,
+    /// Estimated heap bytes: map slots, keys, rings. Excludes allocator overhead.
+    pub heap_bytes: usize,
+}
+
+/// What pass one found for one counter.
+struct Eval {
+    over: bool,
+    /// Hits in the window before this request (plus earlier same-key counters of the request).
+    count: u64,
+    /// The counter's "now": the clock, or the newest run if the clock stepped back.
+    now: u64,
+    /// For an over-limit counter: microseconds until the request's hits fit.
+    reset: u64,
+}
+
+impl MemoryStore {
+    /// An empty store reading time from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
+        let epoch = micros(clock.now());
+        MemoryStore {
+            clock,
+            epoch,
+            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            decisions: AtomicU64::new(0),
+        }
+    }
+
+    /// Decides one request now. The async [`Store::decide`] only wraps this; it never blocks on
+    /// anything but the shard locks, which are held for microseconds.
+    pub fn decide_now(&self, counters: &[Counter]) -> Decision {
+        let now = micros(self.clock.now()).saturating_sub(self.epoch);
+        let shard_of: Vec<usize> = counters.iter().map(|c| self.shard_of(&c.key)).collect();
+        let mut order = shard_of.clone();
+        order.sort_unstable();
+        order.dedup();
+        // Ascending order, each shard once: see the module docs on deadlock freedom.
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            order.iter().map(|&i| self.shards[i].lock()).collect();
+        let guard_of: Vec<usize> = shard_of
+            .iter()
+            .map(|s| order.partition_point(|o| o < s))
+            .collect();
+
+        let mut evals: Vec<Eval> = Vec::with_capacity(counters.len());
+        for (i, counter) in counters.iter().enumerate() {
+            let map = &mut guards[guard_of[i]];
+            let pending: u64 = counters[..i]
+                .iter()
+                .zip(&evals)
+                .filter(|(c, e)| c.key == counter.key && !e.over)
+                .map(|(c, _)| c.hits)
+                .sum();
+            let eval = evaluate(map.get_mut(&counter.key), counter, now, pending);
+            evals.push(eval);
+        }
+        let allowed = !counters.iter().zip(&evals).any(|(c, e)| e.over && !c.shadow);
+
+        let mut results = Vec::with_capacity(counters.len());
+        for (i, (counter, eval)) in counters.iter().zip(&evals).enumerate() {
+            let map = &mut guards[guard_of[i]];
+            let mut count = eval.count;
+            if allowed && !eval.over && counter.hits > 0 {
+                map.entry(counter.key.clone())
+                    .or_insert_with(|| Log::new(micros(counter.window)))
+                    .record(eval.now, counter.hits);
+                count += counter.hits;
+            }
+            let reset = if eval.over {
+                eval.reset
+            } else {
+                let oldest = map.get(&counter.key).and_then(Log::oldest);
+                oldest.map_or(0, |o| {
+                    (o.saturating_add(micros(counter.window))).saturating_sub(eval.now)
+                })
+            };
+            if map.get(&counter.key).is_some_and(Log::is_empty) {
+                map.remove(&counter.key);
+            }
+            results.push(CounterResult {
+                over_limit: eval.over,
+                count,
+                remaining: counter.limit.saturating_sub(count),
+                reset_after: Duration::from_micros(reset),
+            });
+        }
+        drop(guards);
+
+        let n = self.decisions.fetch_add(1, Ordering::Relaxed);
+        if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.sweep_shard(((n / SWEEP_EVERY) % SHARDS as u64) as usize);
+        }
+        Decision {
+            allowed,
+            counters: results,
+        }
+    }
+
+    /// Drops expired runs and empty counters in every shard, and returns spare memory. Locks one
+    /// shard at a time.
+    pub fn sweep(&self) {
+        for shard in 0..SHARDS {
+            self.sweep_shard(shard);
+        }
+    }
+
+    /// Sweeps every `every` on the current tokio runtime until the store is dropped. Optional:
+    /// decisions sweep incrementally anyway; this also frees memory when traffic stops.
+    pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
+        let store: Weak<MemoryStore> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match store.upgrade() {
+                    Some(store) => store.sweep(),
+                    None => return,
+                }
+            }
+        })
+    }
+
+    /// Counts what the store holds (locks each shard in turn).
+    pub fn stats(&self) -> MemoryStats {
+        let slot = std::mem::size_of::<(CounterKey, Log)>() + 1;
+        let mut stats = MemoryStats::default();
+        for shard in self.shards.iter() {
+            let map = shard.lock();
+            stats.counters += map.len();
+            stats.heap_bytes += map.capacity() * slot;
+            for (key, log) in map.iter() {
+                stats.hits += log.hits;
+                stats.runs += log.runs.len();
+                // An `Arc<str>` allocates two counters and the bytes.
+                stats.heap_bytes += key.as_str().len() + 16 + log.heap_bytes();
+            }
+        }
+        stats
+    }
+
+    fn sweep_shard(&self, shard: usize) {
+        let now = micros(self.clock.now()).saturating_sub(self.epoch);
+        let mut map = self.shards[shard].lock();
+        map.retain(|_, log| {
+            log.trim(now);
+            log.shrink();
+            !log.is_empty()
+        });
+        if map.capacity() > 4 * map.len() + 64 {
+            map.shrink_to_fit();
+        }
+    }
+
+    fn shard_of(&self, key: &CounterKey) -> usize {
+        (self.hasher.hash_one(key) % SHARDS as u64) as usize
+    }
+}
+
+/// Pass one for one counter: trim, count, decide, and for a deny find when the hits would fit.
+fn evaluate(mut log: Option<&mut Log>, counter: &Counter, now: u64, pending: u64) -> Eval {
+    let window = micros(counter.window);
+    let ask = counter.hits.max(1);
+    let mut now = now;
+    if let Some(log) = log.as_deref_mut() {
+        now = now.max(log.newest().unwrap_or(0));
+        log.trim(now);
+    }
+    let stored = log.as_deref().map_or(0, |l| l.hits);
+    let count = stored + pending;
+    let over = counter.hits > counter.limit || count.saturating_add(ask) > counter.limit;
+    let mut reset = 0;
+    if over {
+        // Entries leave only by time: the request fits once its excess of oldest hits is gone.
+        // `hits > limit` never fits, and an excess the log cannot cover (same-key counters of this
+        // request) is reported as the whole window.
+        reset = window;
+        if counter.hits <= counter.limit {
+            let excess = count + ask - counter.limit;
+            if let Some(at) = log.as_deref().and_then(|l| l.when_dropped(excess)) {
+                reset = at.saturating_sub(now);
+            }
+        }
+    }
+    Eval {
+        over,
+        count,
+        now,
+        reset,
+    }
+}
+
+/// Microseconds, saturating (a window of 584 000 years is as good as infinite).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
+        Ok(self.decide_now(counters))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &SHARDS)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ManualClock;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn new_store() -> (Arc<ManualClock>, MemoryStore) {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
+        let store = MemoryStore::new(clock.clone());
+        (clock, store)
+    }
+
+    fn counter(name: &str, limit: u64, window: Duration, hits: u64) -> Counter {
+        Counter {
+            key: CounterKey::new("test", [("k", name)], window),
+            limit,
+            window,
+            hits,
+            shadow: false,
+        }
+    }
+
+    #[test]
+    fn run_packs_time_and_hits() {
+        let run = Run::new(123_456_789, 4096);
+        assert_eq!((run.at(), run.hits()), (123_456_789, 4096));
+        let run = Run::new(u64::MAX, 1);
+        assert_eq!((run.at(), run.hits()), (MAX_TIME, 1));
+    }
+
+    #[test]
+    fn log_merges_same_microsecond_and_splits_big_requests() {
+        let mut log = Log::new(1_000);
+        log.record(10, 3);
+        log.record(10, 2);
+        assert_eq!(log.runs.len(), 1);
+        log.record(11, 10_000);
+        assert_eq!(log.hits, 10_005);
+        assert_eq!(log.runs.len(), 4); // 5 | 4096 4096 1808
+        assert_eq!(log.when_dropped(5), Some(1_010));
+        assert_eq!(log.when_dropped(6), Some(1_011));
+        assert_eq!(log.when_dropped(10_006), None);
+        log.trim(1_010);
+        assert_eq!(log.hits, 10_000);
+    }
+
+    #[test]
+    fn clock_stepping_back_never_readmits() {
+        let (clock, store) = new_store();
+        let c = counter("a", 2, 10 * SEC, 1);
+        assert!(store.decide_now(std::slice::from_ref(&c)).allowed);
+        assert!(store.decide_now(std::slice::from_ref(&c)).allowed);
+        clock.set(clock.now() - 60 * SEC);
+        let d = store.decide_now(std::slice::from_ref(&c));
+        assert!(!d.allowed);
+        assert_eq!(d.counters[0].reset_after, 10 * SEC);
+    }
+
+    #[test]
+    fn same_counter_twice_in_one_request_is_one_log() {
+        let (_clock, store) = new_store();
+        let c = counter("dup", 3, SEC, 2);
+        let d = store.decide_now(&[c.clone(), c.clone()]);
+        assert!(!d.allowed, "2 + 2 hits do not fit a limit of 3");
+        assert_eq!(store.stats().hits, 0);
+        let one = counter("dup", 3, SEC, 1);
+        let d = store.decide_now(&[one.clone(), one.clone()]);
+        assert!(d.allowed);
+        assert_eq!(store.stats().hits, 2);
+    }
+
+    #[test]
+    fn sweep_drops_idle_counters_and_memory() {
+        let (clock, store) = new_store();
+        for i in 0..1000 {
+            let c = counter(&i.to_string(), 10, SEC, 3);
+            assert!(store.decide_now(&[c]).allowed);
+        }
+        assert_eq!(store.stats().counters, 1000);
+        store.sweep();
+        assert_eq!(store.stats().counters, 1000, "nothing expired yet");
+        clock.advance(SEC);
+        store.sweep();
+        let stats = store.stats();
+        assert_eq!((stats.counters, stats.hits), (0, 0));
+        assert!(stats.heap_bytes < 64 * 1024, "{stats:?}");
+    }
+
+    #[test]
+    fn decisions_sweep_incrementally_without_a_runtime() {
+        let (clock, store) = new_store();
+        for i in 0..100 {
+            store.decide_now(&[counter(&format!("idle{i}"), 10, SEC, 1)]);
+        }
+        clock.advance(2 * SEC);
+        let busy = counter("busy", u64::MAX, SEC, 1);
+        for _ in 0..SHARDS as u64 * SWEEP_EVERY {
+            store.decide_now(std::slice::from_ref(&busy));
+        }
+        assert_eq!(store.stats().counters, 1, "only the busy counter is left");
+    }
+
+    /// The figure quoted in the module docs: bytes per tracked hit.
+    #[test]
+    fn bytes_per_tracked_hit() {
+        let (clock, store) = new_store();
+        let big = counter("big", 1000, 60 * SEC, 1);
+        for _ in 0..1000 {
+            assert!(store.decide_now(std::slice::from_ref(&big)).allowed);
+            clock.advance(Duration::from_micros(7));
+        }
+        let stats = store.stats();
+        assert_eq!((stats.counters, stats.hits, stats.runs), (1, 1000, 1000));
+        let per_hit = stats.heap_bytes as f64 / 1000.0;
+        eprintln!("one counter, 1000 single hits: {stats:?}, {per_hit:.2} B/hit");
+        assert!(per_hit < 8.5 + 0.2, "{per_hit}");
+
+        let (clock, store) = new_store();
+        for i in 0..10_000 {
+            let c = counter(&format!("user{i:05}"), 100, 60 * SEC, 1);
+            for _ in 0..100 {
+                assert!(store.decide_now(std::slice::from_ref(&c)).allowed);
+                clock.advance(Duration::from_micros(1));
+            }
+        }
+        let stats = store.stats();
+        assert_eq!(stats.hits, 1_000_000);
+        let per_hit = stats.heap_bytes as f64 / stats.hits as f64;
+        eprintln!("10 000 counters x 100 hits: {stats:?}, {per_hit:.2} B/hit");
+        assert!(per_hit < 13.0, "{per_hit}");
+    }
+}

@@ -12,7 +12,20 @@
 //! - `h > N` is always over limit;
 //! - if any non-shadow counter of the request is over limit, nothing is recorded anywhere;
 //!   shadow counters are evaluated and reported but never cause a deny.
+//! - when the request is allowed, every counter that is not itself over limit records its hits. A
+//!   shadow counter over its limit records nothing: an enforced limit would not have admitted the
+//!   request either, so a shadow counter keeps measuring exactly what enforcing it would do.
+//! - a request that names the same counter twice is decided as one log: the second occurrence
+//!   sees the hits the first would add.
+//!
+//! Time has microsecond resolution. The window is `(t - W, t]`: a hit recorded at `s` counts until
+//! `s + W` and is gone at that instant.
+//!
+//! A store only reports failures as [`StoreError`]; what a failure means for the request
+//! ([`FailureMode`]) is the limiter's business, so every store behaves the same way when it fails.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,8 +35,10 @@ pub mod key;
 pub mod memory;
 pub mod redis;
 
-pub use clock::{Clock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use key::CounterKey;
+pub use memory::MemoryStore;
+pub use self::redis::{DEFAULT_PREFIX, RedisOptions, RedisStore, connect, redact_url};
 
 /// One sliding-window counter that a request touches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +72,8 @@ pub struct CounterResult {
 /// The store's answer for one request: one result per counter, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
-    /// True when no non-shadow counter is over limit; the hits were then recorded everywhere.
+    /// True when no non-shadow counter is over limit; the hits were then recorded on every counter
+    /// that is not itself over limit (only a shadow counter can be over limit in an allowed request).
     pub allowed: bool,
     pub counters: Vec<CounterResult>,
 }
@@ -93,4 +109,69 @@ pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), StoreError>;
     /// `memory`, `redis` or `redis-cluster`, for logs and metrics.
     fn kind(&self) -> &'static str;
+}
+
+/// What the service answers when the store fails (`--failure-mode`). Applied by the limiter, not by
+/// the stores, which only report [`StoreError`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FailureMode {
+    /// Answer the request with an error (gRPC `UNAVAILABLE`, HTTP 503): the proxy's own failure
+    /// policy decides (Envoy's `failure_mode_deny`).
+    #[default]
+    Error,
+    /// Let the request through (fail open).
+    Allow,
+    /// Reject the request as over limit (fail closed).
+    Deny,
+}
+
+impl FailureMode {
+    /// The CLI spelling: `error`, `allow` or `deny`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::Error => "error",
+            FailureMode::Allow => "allow",
+            FailureMode::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for FailureMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown `--failure-mode` value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown failure mode {0:?} (expected error, allow or deny)")]
+pub struct ParseFailureModeError(String);
+
+impl FromStr for FailureMode {
+    type Err = ParseFailureModeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "error" => Ok(FailureMode::Error),
+            "allow" => Ok(FailureMode::Allow),
+            "deny" => Ok(FailureMode::Deny),
+            _ => Err(ParseFailureModeError(s.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_mode_round_trips_and_rejects_unknown() {
+        for mode in [FailureMode::Error, FailureMode::Allow, FailureMode::Deny] {
+            assert_eq!(mode.to_string().parse::<FailureMode>(), Ok(mode));
+        }
+        assert_eq!(" Allow ".parse::<FailureMode>(), Ok(FailureMode::Allow));
+        let err = "open".parse::<FailureMode>().unwrap_err();
+        assert!(err.to_string().contains("\"open\""), "{err}");
+        assert_eq!(FailureMode::default(), FailureMode::Error);
+    }
 }
