@@ -5,6 +5,26 @@
 //! - `tree`: the compiled descriptor-matching tree (a map per level, so cost does not grow with
 //!   the number of rules).
 //! - `reload`: watching the files and SIGHUP; all-or-nothing swaps of the live [`RuleSet`].
+//!
+//! The format is envoyproxy/ratelimit's (one file = one `domain`, nested `descriptors` with
+//! `key`, `value`, `rate_limit`, `shadow_mode`, `detailed_metric`, `value_to_metric`,
+//! `share_threshold`), so its files load unchanged. Extensions:
+//! - `unit_multiplier: N` in a rate limit: the window is N units (`unit: second`,
+//!   `unit_multiplier: 30` is a 30-second window).
+//! - `rate_limits: [...]` instead of `rate_limit`: several limits on one descriptor, over limit
+//!   when any is. Each needs its own window (the window identifies the counter). `name` and
+//!   `replaces` describe the descriptor, not a window: each may appear on at most one entry.
+//!   `unlimited` only exists in a single `rate_limit`.
+//! - `*` in a `value` matches any run of characters anywhere (envoyproxy/ratelimit only supports
+//!   a trailing `*`, which means the same here).
+//!
+//! Stricter than the reference, because a silently ignored line is a limit that does not apply:
+//! unknown keys, `shadow_mode`/`detailed_metric` on a node without a limit, and `replaces` naming
+//! no rule of the domain are errors.
+//!
+//! A [`Rule`] holds no counters. Counters are identified by (domain, entries as matched, window)
+//! in the store, so a reload that keeps a rule's path and window keeps its counts, and a reload
+//! never has to migrate state.
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,6 +35,7 @@ mod load;
 mod model;
 pub mod reload;
 mod tree;
+mod validate;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use load::{load_path, load_sources};
@@ -73,7 +94,9 @@ pub struct Limit {
 impl Limit {
     /// The sliding window's length.
     pub fn window(&self) -> Duration {
-        self.unit.duration().saturating_mul(self.unit_multiplier.min(u32::MAX as u64) as u32)
+        self.unit
+            .duration()
+            .saturating_mul(self.unit_multiplier.min(u32::MAX as u64) as u32)
     }
 }
 
@@ -108,6 +131,8 @@ pub struct Rule {
     pub unlimited: bool,
     pub shadow_mode: bool,
     pub detailed_metric: bool,
+    /// `value_to_metric` on this rule's node or any node above it: the metrics name then carries
+    /// the request's values at the levels that asked for them (see [`RuleMatch::stats_name`]).
     pub value_to_metric: bool,
     /// Names of rules this one replaces for a request that matches both.
     pub replaces: Vec<String>,
@@ -119,6 +144,44 @@ impl Rule {
     /// The name used in metrics when no runtime value is involved: `name` if set, else `path`.
     pub fn stats_name(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.path)
+    }
+}
+
+/// One line for `/rlconfig` and logs: domain, path, limits with windows, flags, source. E.g.
+/// `edge user_id.path: 2 per 30 SECOND (window 30s) name=per_user_path [config/slidegate.yaml]`.
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: ", self.domain, self.path)?;
+        if self.unlimited {
+            f.write_str("unlimited")?;
+        }
+        for (i, limit) in self.limits.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(
+                f,
+                "{limit} (window {})",
+                humantime::format_duration(limit.window())
+            )?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, " name={name}")?;
+        }
+        if !self.replaces.is_empty() {
+            write!(f, " replaces={}", self.replaces.join(","))?;
+        }
+        let flags = [
+            (self.shadow_mode, " shadow_mode"),
+            (self.detailed_metric, " detailed_metric"),
+            (self.value_to_metric, " value_to_metric"),
+        ];
+        for (set, flag) in flags {
+            if set {
+                f.write_str(flag)?;
+            }
+        }
+        write!(f, " [{}]", self.source)
     }
 }
 

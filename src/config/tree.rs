@@ -18,6 +18,9 @@ pub struct RuleSet {
     domains: HashMap<String, DomainRules>,
     /// Every rule, sorted by domain then path (for `/rlconfig` and `rule_count`).
     rules: Vec<Arc<Rule>>,
+    /// The (file name, text) pairs this set was built from, so a reload can tell whether the
+    /// files differ from what is live.
+    sources: Vec<(String, String)>,
 }
 
 /// The rules of one domain.
@@ -46,9 +49,22 @@ pub struct RuleMatch<'a> {
 
 impl RuleSet {
     /// Builds a rule set; `rules` are sorted here.
-    pub(super) fn new(domains: HashMap<String, DomainRules>, mut rules: Vec<Arc<Rule>>) -> Self {
+    pub(super) fn new(
+        domains: HashMap<String, DomainRules>,
+        mut rules: Vec<Arc<Rule>>,
+        sources: Vec<(String, String)>,
+    ) -> Self {
         rules.sort_by(|a, b| (&a.domain, &a.path).cmp(&(&b.domain, &b.path)));
-        RuleSet { domains, rules }
+        RuleSet {
+            domains,
+            rules,
+            sources,
+        }
+    }
+
+    /// Whether this set was built from exactly these files.
+    pub(super) fn built_from(&self, sources: &[(String, String)]) -> bool {
+        self.sources == sources
     }
 
     /// The rules of a domain, if it is configured.
@@ -231,7 +247,10 @@ impl Level {
         if let Some((pattern, node)) = nodes.wildcards.iter().find(|(p, _)| p.matches(value)) {
             return Some((node, Matched::Wildcard(pattern)));
         }
-        nodes.key_only.as_deref().map(|node| (node, Matched::KeyOnly))
+        nodes
+            .key_only
+            .as_deref()
+            .map(|node| (node, Matched::KeyOnly))
     }
 
     /// Adds a node; gives it back if the slot is taken (a duplicate key/value at this level).

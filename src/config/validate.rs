@@ -1,0 +1,501 @@
+//! From the YAML model to the matching tree, checking everything serde cannot.
+//!
+//! Every check reports the field path (`descriptors[0].rate_limit.unit`) and keeps going, so one
+//! run of `check-config` shows every problem of a file instead of the first one.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::model::{DescriptorModel, FileModel, RateLimitModel};
+use super::tree::{DomainRules, Level, Node, Pattern, Slot};
+use super::{ConfigError, Limit, Rule, Unit};
+
+/// The longest window accepted. Longer ones are certainly typos, and bounding them keeps window
+/// arithmetic in the stores (milliseconds, expiry times) far from overflow.
+const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// One file's domain, compiled.
+pub(super) struct Compiled {
+    pub domain: String,
+    pub rules: DomainRules,
+    pub list: Vec<Arc<Rule>>,
+}
+
+/// Checks and compiles one file's model. `file` names the file in errors and in `Rule::source`.
+pub(super) fn compile(file: &Arc<str>, model: FileModel) -> Result<Compiled, Vec<ConfigError>> {
+    let mut compiler = Compiler {
+        file: file.clone(),
+        domain: model.domain,
+        errors: Vec::new(),
+        rules: Vec::new(),
+    };
+    if compiler.domain.is_empty() {
+        compiler.error(
+            "domain",
+            "empty domain; every rule file needs a non-empty `domain`",
+        );
+    }
+    let root = compiler.level(model.descriptors.unwrap_or_default(), "", "", false);
+    compiler.check_replaces();
+    if !compiler.errors.is_empty() {
+        return Err(compiler.errors);
+    }
+    Ok(Compiled {
+        domain: compiler.domain,
+        rules: DomainRules::new(root),
+        list: compiler.rules.into_iter().map(|(_, rule)| rule).collect(),
+    })
+}
+
+struct Compiler {
+    file: Arc<str>,
+    domain: String,
+    errors: Vec<ConfigError>,
+    /// Each rule with the location of its limit, for the `replaces` check.
+    rules: Vec<(String, Arc<Rule>)>,
+}
+
+impl Compiler {
+    fn error(&mut self, at: &str, message: impl Display) {
+        self.errors.push(ConfigError {
+            file: self.file.to_string(),
+            message: format!("{at}: {message}"),
+        });
+    }
+
+    /// Compiles the descriptors of one level. `at` is the parent's location ("" at the root),
+    /// `parent_path` its stats path, `value_to_metric` whether a parent asked for runtime values.
+    fn level(
+        &mut self,
+        descriptors: Vec<DescriptorModel>,
+        at: &str,
+        parent_path: &str,
+        value_to_metric: bool,
+    ) -> Level {
+        let mut level = Level::default();
+        let mut seen: HashMap<(String, Option<String>), String> = HashMap::new();
+        // `key: a_b` and `key: a, value: b` are different nodes with the same path `a_b`, so
+        // their metrics would merge; envoyproxy/ratelimit rejects them as one composite key.
+        let mut segments: HashMap<String, String> = HashMap::new();
+        for (i, descriptor) in descriptors.into_iter().enumerate() {
+            let loc = if at.is_empty() {
+                format!("descriptors[{i}]")
+            } else {
+                format!("{at}.descriptors[{i}]")
+            };
+            let value = descriptor.value.clone().filter(|v| !v.is_empty());
+            let identity = (descriptor.key.clone(), value);
+            let duplicate_of = seen.get(&identity).cloned();
+            let (key, slot, node) = self.descriptor(descriptor, &loc, parent_path, value_to_metric);
+            if let Some(first) = duplicate_of {
+                self.duplicate(&loc, &identity, &first);
+                continue;
+            }
+            seen.insert(identity.clone(), loc.clone());
+            if let Some(first) = segments.insert(node.segment.clone(), loc.clone()) {
+                let segment = &node.segment;
+                self.error(
+                    &loc,
+                    format!(
+                        "has the same path `{segment}` as {first} (key and value are joined \
+                         with `_` in metrics names); rename one of the keys"
+                    ),
+                );
+                continue;
+            }
+            if level.insert(&key, slot, node).is_err() {
+                // Unreachable given `seen`, but a duplicate must never silently replace a node.
+                self.duplicate(&loc, &identity, "an earlier descriptor");
+            }
+        }
+        level
+    }
+
+    fn duplicate(&mut self, loc: &str, (key, value): &(String, Option<String>), first: &str) {
+        let what = match value {
+            Some(value) => format!("key `{key}` with value `{value}`"),
+            None => format!("key `{key}` without a value"),
+        };
+        self.error(
+            loc,
+            format!("duplicate descriptor: {what} is already defined at {first} on this level"),
+        );
+    }
+
+    /// Compiles one descriptor node (and its children).
+    fn descriptor(
+        &mut self,
+        descriptor: DescriptorModel,
+        loc: &str,
+        parent_path: &str,
+        parent_value_to_metric: bool,
+    ) -> (String, Slot, Node) {
+        let DescriptorModel {
+            key,
+            value,
+            rate_limit,
+            rate_limits,
+            shadow_mode,
+            detailed_metric,
+            value_to_metric,
+            share_threshold,
+            descriptors,
+        } = descriptor;
+        if key.is_empty() {
+            self.error(
+                &format!("{loc}.key"),
+                "empty key; every descriptor needs a non-empty `key`",
+            );
+        }
+        // An empty value is no value, as in envoyproxy/ratelimit (`key_` would never match).
+        let value = value.filter(|v| !v.is_empty());
+        let pattern = value.as_deref().and_then(Pattern::new);
+        if share_threshold && pattern.is_none() {
+            self.error(
+                &format!("{loc}.share_threshold"),
+                "only allowed with a wildcard `value` (one containing `*`): it makes every value \
+                 the pattern matches share one counter",
+            );
+        }
+        let segment = match &value {
+            Some(value) => format!("{key}_{value}"),
+            None => key.clone(),
+        };
+        let path = if parent_path.is_empty() {
+            segment.clone()
+        } else {
+            format!("{parent_path}.{segment}")
+        };
+        let value_to_metric_on_path = parent_value_to_metric || value_to_metric;
+        let rule_flags = RuleFlags {
+            shadow_mode,
+            detailed_metric,
+            value_to_metric: value_to_metric_on_path,
+        };
+        let rule = self.rule(rate_limit, rate_limits, loc, &path, rule_flags);
+        let children = self.level(
+            descriptors.unwrap_or_default(),
+            loc,
+            &path,
+            value_to_metric_on_path,
+        );
+        let slot = match (value, pattern) {
+            (_, Some(pattern)) => Slot::Wildcard(pattern),
+            (Some(value), None) => Slot::Exact(value),
+            (None, None) => Slot::KeyOnly,
+        };
+        let node = Node {
+            segment,
+            rule,
+            value_to_metric,
+            share_threshold,
+            children,
+        };
+        (key, slot, node)
+    }
+
+    /// Compiles the `rate_limit`/`rate_limits` of a node into a rule, if it has one.
+    ///
+    /// With `rate_limits`, `name` and `replaces` belong to the descriptor, not to one window: each
+    /// may be given on at most one entry (any one), so there is never a question of which wins.
+    fn rule(
+        &mut self,
+        rate_limit: Option<RateLimitModel>,
+        rate_limits: Option<Vec<RateLimitModel>>,
+        loc: &str,
+        path: &str,
+        flags: RuleFlags,
+    ) -> Option<Arc<Rule>> {
+        let (models, base, several) = match (rate_limit, rate_limits) {
+            (Some(_), Some(_)) => {
+                self.error(
+                    loc,
+                    "both `rate_limit` and `rate_limits`; put every limit in `rate_limits`",
+                );
+                return None;
+            }
+            (Some(one), None) => (vec![one], format!("{loc}.rate_limit"), false),
+            (None, Some(list)) if list.is_empty() => {
+                self.error(
+                    &format!("{loc}.rate_limits"),
+                    "empty list; give at least one limit or remove `rate_limits`",
+                );
+                return None;
+            }
+            (None, Some(list)) => (list, format!("{loc}.rate_limits"), true),
+            (None, None) => {
+                if flags.shadow_mode {
+                    self.error(
+                        &format!("{loc}.shadow_mode"),
+                        "has no effect without `rate_limit` or `rate_limits` on the same descriptor",
+                    );
+                }
+                if flags.detailed_metric {
+                    self.error(
+                        &format!("{loc}.detailed_metric"),
+                        "has no effect without `rate_limit` or `rate_limits` on the same descriptor",
+                    );
+                }
+                return None;
+            }
+        };
+        let errors_before = self.errors.len();
+        let mut status = RuleStatus::default();
+        let mut limits: Vec<(String, Limit)> = Vec::new();
+        for (i, model) in models.into_iter().enumerate() {
+            let at = if several {
+                format!("{base}[{i}]")
+            } else {
+                base.clone()
+            };
+            self.name_and_replaces(&model, &at, &mut status);
+            if model.unlimited {
+                self.unlimited(&model, &at, several);
+                status.unlimited = true;
+            } else if let Some(limit) = self.limit(&model, &at) {
+                limits.push((at, limit));
+            }
+        }
+        self.check_windows(&limits);
+        if let (Some(name), Some(at)) = (&status.name, &status.replaces_at)
+            && status.replaces.contains(name)
+        {
+            self.error(
+                &format!("{at}.replaces"),
+                format!("names this rule itself (`{name}`); a rule cannot replace itself"),
+            );
+        }
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        let rule = Arc::new(Rule {
+            domain: self.domain.clone(),
+            path: path.to_owned(),
+            name: status.name,
+            limits: limits.into_iter().map(|(_, limit)| limit).collect(),
+            unlimited: status.unlimited,
+            shadow_mode: flags.shadow_mode,
+            detailed_metric: flags.detailed_metric,
+            value_to_metric: flags.value_to_metric,
+            replaces: status.replaces,
+            source: self.file.clone(),
+        });
+        let at = status.replaces_at.unwrap_or(base);
+        self.rules.push((at, rule.clone()));
+        Some(rule)
+    }
+
+    fn name_and_replaces(&mut self, model: &RateLimitModel, at: &str, status: &mut RuleStatus) {
+        if let Some(name) = &model.name {
+            if let Some(first) = &status.name_at {
+                let first = first.clone();
+                self.error(
+                    &format!("{at}.name"),
+                    format!("`name` is already given at {first}; give it once per descriptor"),
+                );
+            } else if name.is_empty() {
+                self.error(
+                    &format!("{at}.name"),
+                    "empty name; remove it or give a name",
+                );
+            } else {
+                status.name = Some(name.clone());
+                status.name_at = Some(at.to_owned());
+            }
+        }
+        if let Some(replaces) = &model.replaces {
+            if let Some(first) = &status.replaces_at {
+                let first = first.clone();
+                self.error(
+                    &format!("{at}.replaces"),
+                    format!("`replaces` is already given at {first}; give it once per descriptor"),
+                );
+                return;
+            }
+            for (j, entry) in replaces.iter().enumerate() {
+                if entry.name.is_empty() {
+                    self.error(
+                        &format!("{at}.replaces[{j}].name"),
+                        "empty name; `replaces` entries must name a rule",
+                    );
+                } else {
+                    status.replaces.push(entry.name.clone());
+                }
+            }
+            status.replaces_at = Some(at.to_owned());
+        }
+    }
+
+    /// `unlimited: true` takes no limit fields: a window or count next to it would be ignored.
+    fn unlimited(&mut self, model: &RateLimitModel, at: &str, several: bool) {
+        if several {
+            self.error(
+                &format!("{at}.unlimited"),
+                "only allowed in a single `rate_limit`, not in `rate_limits`",
+            );
+        }
+        let conflicting = [
+            ("unit", model.unit.is_some()),
+            ("requests_per_unit", model.requests_per_unit.is_some()),
+            ("unit_multiplier", model.unit_multiplier.is_some()),
+        ];
+        for (field, present) in conflicting {
+            if present {
+                self.error(
+                    &format!("{at}.{field}"),
+                    "must not be set with `unlimited: true` (an unlimited rule has no limit)",
+                );
+            }
+        }
+    }
+
+    fn limit(&mut self, model: &RateLimitModel, at: &str) -> Option<Limit> {
+        let unit = match model.unit.as_deref() {
+            None => {
+                self.error(
+                    &format!("{at}.unit"),
+                    format!("missing `unit` (one of {UNITS}), or set `unlimited: true`"),
+                );
+                None
+            }
+            Some(text) => {
+                let unit = parse_unit(text);
+                if unit.is_none() {
+                    self.error(
+                        &format!("{at}.unit"),
+                        format!("unknown unit {text:?} (expected one of {UNITS})"),
+                    );
+                }
+                unit
+            }
+        };
+        let requests_per_unit = match model.requests_per_unit {
+            None => {
+                self.error(
+                    &format!("{at}.requests_per_unit"),
+                    "missing `requests_per_unit` (use `unlimited: true` for no limit)",
+                );
+                None
+            }
+            Some(n) if n > u64::from(u32::MAX) => {
+                self.error(
+                    &format!("{at}.requests_per_unit"),
+                    format!("{n} is too large (at most {}, Envoy's uint32)", u32::MAX),
+                );
+                None
+            }
+            Some(n) => Some(n),
+        };
+        let unit_multiplier = match model.unit_multiplier {
+            None => Some(1),
+            Some(0) => {
+                self.error(
+                    &format!("{at}.unit_multiplier"),
+                    "must be at least 1 (the window is `unit_multiplier` units)",
+                );
+                None
+            }
+            Some(n) => Some(n),
+        };
+        let limit = Limit {
+            requests_per_unit: requests_per_unit?,
+            unit: unit?,
+            unit_multiplier: unit_multiplier?,
+        };
+        let too_long = u32::try_from(limit.unit_multiplier)
+            .ok()
+            .and_then(|n| limit.unit.duration().checked_mul(n))
+            .is_none_or(|window| window > MAX_WINDOW);
+        if too_long {
+            self.error(
+                &format!("{at}.unit_multiplier"),
+                "the window is longer than 100 years",
+            );
+            return None;
+        }
+        Some(limit)
+    }
+
+    /// The window is part of the counter's identity: two limits of one descriptor with the same
+    /// window would count into one counter.
+    fn check_windows(&mut self, limits: &[(String, Limit)]) {
+        for (i, (at, limit)) in limits.iter().enumerate() {
+            if let Some((first, _)) = limits[..i]
+                .iter()
+                .find(|(_, other)| other.window() == limit.window())
+            {
+                self.error(
+                    at,
+                    format!(
+                        "same window ({}) as {first}; each limit of a descriptor needs its own \
+                         window, because the window identifies the counter",
+                        humantime::format_duration(limit.window())
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Every `replaces` must name a rule of this domain: a typo would otherwise silently leave
+    /// both limits in force.
+    fn check_replaces(&mut self) {
+        let names: HashSet<&str> = self
+            .rules
+            .iter()
+            .filter_map(|(_, rule)| rule.name.as_deref())
+            .collect();
+        let mut unknown = Vec::new();
+        for (at, rule) in &self.rules {
+            for name in &rule.replaces {
+                if !names.contains(name.as_str()) {
+                    unknown.push((format!("{at}.replaces"), name.clone()));
+                }
+            }
+        }
+        for (at, name) in unknown {
+            self.error(
+                &at,
+                format!("names `{name}`, but no rule of this domain has that `name`"),
+            );
+        }
+    }
+}
+
+/// The flags of a node that end up on its rule.
+#[derive(Clone, Copy)]
+struct RuleFlags {
+    shadow_mode: bool,
+    detailed_metric: bool,
+    /// `value_to_metric` on this node or any parent.
+    value_to_metric: bool,
+}
+
+/// What the entries of one `rate_limit`/`rate_limits` gave so far.
+#[derive(Default)]
+struct RuleStatus {
+    name: Option<String>,
+    name_at: Option<String>,
+    replaces: Vec<String>,
+    /// Location of the `rate_limit` entry with `replaces`.
+    replaces_at: Option<String>,
+    unlimited: bool,
+}
+
+const UNITS: &str = "second, minute, hour, day, week, month, year";
+
+/// Case-insensitive, like envoyproxy/ratelimit (which upper-cases and looks up the proto enum).
+fn parse_unit(text: &str) -> Option<Unit> {
+    const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+    ALL.into_iter()
+        .find(|unit| unit.as_str().eq_ignore_ascii_case(text))
+}
