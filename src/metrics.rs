@@ -1,1 +1,438 @@
-//! Prometheus metrics.
+//! Prometheus metrics, in a registry of our own (served at `GET /metrics`).
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `slidegate_decisions_total` | counter | `domain`, `rule`, `decision` | descriptor decisions: `allowed`, `denied`, or `shadow_denied` (over limit, passed by shadow mode) |
+//! | `slidegate_hits_total` | counter | `domain`, `rule`, `decision` | hits (the `hits_addend` of each decision) by decision |
+//! | `slidegate_near_limit_total` | counter | `domain`, `rule` | allowed decisions that left 80 % or more of the limit used |
+//! | `slidegate_unknown_domain_total` | counter | | requests for a domain with no rules (answered OK) |
+//! | `slidegate_no_rule_total` | counter | `domain` | descriptors of a known domain that matched no rule (answered OK) |
+//! | `slidegate_request_duration_seconds` | histogram | `transport` (`grpc`, `json`, `check`) | time to answer one request |
+//! | `slidegate_store_duration_seconds` | histogram | | time of one store decision (one round trip) |
+//! | `slidegate_store_errors_total` | counter | `kind` (`timeout`, `connection`, `backend`) | failed store decisions |
+//! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
+//! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |
+//! | `slidegate_rules_loaded` | gauge | | rules in the live rule set |
+//! | `slidegate_build_info` | gauge | `version` | always 1 |
+//!
+//! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured
+//! domain and `rule` is the rule's `name` or path (runtime values only for `detailed_metric` /
+//! `value_to_metric` rules; for a request-supplied limit override, `override:` and the entry keys,
+//! e.g. `override:remote_address.path`, never the values). As a last
+//! guard, at most [`MAX_RULE_LABELS`] distinct (domain, rule) pairs get their own series; later
+//! ones share `rule="overflow"`.
+//!
+//! The hot path does not hash label values into the prometheus vectors on every call: the counters
+//! of each (domain, rule) pair are resolved once and kept in a two-level map looked up by `&str`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Distinct (domain, rule) label pairs with their own series; beyond it, `rule="overflow"`.
+pub const MAX_RULE_LABELS: usize = 10_000;
+
+/// The label value used once [`MAX_RULE_LABELS`] is reached.
+pub const OVERFLOW_RULE: &str = "overflow";
+
+/// Latency buckets from 50 µs to 2.5 s: a memory-store decision takes microseconds, a Redis one
+/// a fraction of a millisecond, and Envoy's default filter timeout is 20 ms.
+const BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5,
+];
+
+/// The outcome of one descriptor, as counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecisionLabel {
+    Allowed,
+    Denied,
+    /// Over limit, but let through by a rule's or the global shadow mode.
+    ShadowDenied,
+}
+
+impl DecisionLabel {
+    const ALL: [DecisionLabel; 3] = [
+        DecisionLabel::Allowed,
+        DecisionLabel::Denied,
+        DecisionLabel::ShadowDenied,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionLabel::Allowed => "allowed",
+            DecisionLabel::Denied => "denied",
+            DecisionLabel::ShadowDenied => "shadow_denied",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The transport a request came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Grpc,
+    Json,
+    Check,
+}
+
+impl Transport {
+    const ALL: [Transport; 3] = [Transport::Grpc, Transport::Json, Transport::Check];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Grpc => "grpc",
+            Transport::Json => "json",
+            Transport::Check => "check",
+        }
+    }
+}
+
+/// The counters of one (domain, rule) pair, resolved once.
+#[derive(Debug)]
+pub struct RuleCounters {
+    decisions: [IntCounter; 3],
+    hits: [IntCounter; 3],
+    near_limit: IntCounter,
+}
+
+impl RuleCounters {
+    /// Counts one descriptor decision with its hits; `near_limit` when the allowed decision left
+    /// 80 % or more of the limit used.
+    pub fn record(&self, decision: DecisionLabel, hits: u64, near_limit: bool) {
+        self.decisions[decision.index()].inc();
+        self.hits[decision.index()].inc_by(hits);
+        if near_limit {
+            self.near_limit.inc();
+        }
+    }
+}
+
+/// All metrics of the process.
+pub struct Metrics {
+    registry: Registry,
+    decisions: IntCounterVec,
+    hits: IntCounterVec,
+    near_limit: IntCounterVec,
+    unknown_domain: IntCounter,
+    no_rule: IntCounterVec,
+    request_duration: [Histogram; 3],
+    store_duration: Histogram,
+    store_errors: IntCounterVec,
+    failure_mode: IntCounterVec,
+    config_reloads: IntCounterVec,
+    rules_loaded: IntGauge,
+    rule_cache: RwLock<RuleCache>,
+}
+
+#[derive(Default)]
+struct RuleCache {
+    by_domain: HashMap<String, HashMap<String, Arc<RuleCounters>>>,
+    len: usize,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        // The definitions below are constants: registering them can only fail on a programming
+        // error (a duplicate or malformed name), which the unit tests catch.
+        Self::try_new().expect("metric definitions are valid")
+    }
+
+    fn try_new() -> prometheus::Result<Self> {
+        let registry = Registry::new();
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let vec = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(vec.clone()))?;
+            Ok::<_, prometheus::Error>(vec)
+        };
+        let decisions = counter_vec(
+            "slidegate_decisions_total",
+            "Descriptor decisions by domain, rule and decision (allowed, denied, shadow_denied).",
+            &["domain", "rule", "decision"],
+        )?;
+        let hits = counter_vec(
+            "slidegate_hits_total",
+            "Hits of descriptor decisions by domain, rule and decision.",
+            &["domain", "rule", "decision"],
+        )?;
+        let near_limit = counter_vec(
+            "slidegate_near_limit_total",
+            "Allowed descriptor decisions that left 80% or more of the limit used.",
+            &["domain", "rule"],
+        )?;
+        let no_rule = counter_vec(
+            "slidegate_no_rule_total",
+            "Descriptors of a configured domain that matched no rule.",
+            &["domain"],
+        )?;
+        let store_errors = counter_vec(
+            "slidegate_store_errors_total",
+            "Failed store decisions by kind (timeout, connection, backend).",
+            &["kind"],
+        )?;
+        let failure_mode = counter_vec(
+            "slidegate_failure_mode_total",
+            "Requests answered by the failure mode after a store error.",
+            &["mode"],
+        )?;
+        let config_reloads = counter_vec(
+            "slidegate_config_reloads_total",
+            "Rule reload attempts by result (success, failure).",
+            &["result"],
+        )?;
+        let unknown_domain = IntCounter::new(
+            "slidegate_unknown_domain_total",
+            "Requests for a domain that has no rules.",
+        )?;
+        registry.register(Box::new(unknown_domain.clone()))?;
+        let request_duration_vec = HistogramVec::new(
+            HistogramOpts::new(
+                "slidegate_request_duration_seconds",
+                "Time to answer one rate-limit request, by transport (grpc, json, check).",
+            )
+            .buckets(BUCKETS.to_vec()),
+            &["transport"],
+        )?;
+        registry.register(Box::new(request_duration_vec.clone()))?;
+        let request_duration =
+            Transport::ALL.map(|t| request_duration_vec.with_label_values(&[t.as_str()]));
+        let store_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "slidegate_store_duration_seconds",
+                "Time of one store decision (one round trip for Redis).",
+            )
+            .buckets(BUCKETS.to_vec()),
+        )?;
+        registry.register(Box::new(store_duration.clone()))?;
+        let rules_loaded = IntGauge::new("slidegate_rules_loaded", "Rules in the live rule set.")?;
+        registry.register(Box::new(rules_loaded.clone()))?;
+        let build_info = IntGaugeVec::new(
+            Opts::new("slidegate_build_info", "Build information; always 1."),
+            &["version"],
+        )?;
+        registry.register(Box::new(build_info.clone()))?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        for kind in ["timeout", "connection", "backend"] {
+            store_errors.with_label_values(&[kind]);
+        }
+        for mode in ["error", "allow", "deny"] {
+            failure_mode.with_label_values(&[mode]);
+        }
+        for result in ["success", "failure"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        Ok(Metrics {
+            registry,
+            decisions,
+            hits,
+            near_limit,
+            unknown_domain,
+            no_rule,
+            request_duration,
+            store_duration,
+            store_errors,
+            failure_mode,
+            config_reloads,
+            rules_loaded,
+            rule_cache: RwLock::new(RuleCache::default()),
+        })
+    }
+
+    /// The counters for a (domain, rule) pair; `rule="overflow"` once [`MAX_RULE_LABELS`] pairs exist.
+    pub fn rule(&self, domain: &str, rule: &str) -> Arc<RuleCounters> {
+        if let Some(found) = self
+            .rule_cache
+            .read()
+            .by_domain
+            .get(domain)
+            .and_then(|rules| rules.get(rule))
+        {
+            return Arc::clone(found);
+        }
+        let mut cache = self.rule_cache.write();
+        if let Some(found) = cache
+            .by_domain
+            .get(domain)
+            .and_then(|rules| rules.get(rule))
+        {
+            return Arc::clone(found);
+        }
+        let label = if cache.len >= MAX_RULE_LABELS {
+            OVERFLOW_RULE
+        } else {
+            rule
+        };
+        if let Some(found) = cache
+            .by_domain
+            .get(domain)
+            .and_then(|rules| rules.get(label))
+        {
+            return Arc::clone(found);
+        }
+        let counters = Arc::new(RuleCounters {
+            decisions: DecisionLabel::ALL.map(|d| {
+                self.decisions
+                    .with_label_values(&[domain, label, d.as_str()])
+            }),
+            hits: DecisionLabel::ALL
+                .map(|d| self.hits.with_label_values(&[domain, label, d.as_str()])),
+            near_limit: self.near_limit.with_label_values(&[domain, label]),
+        });
+        cache.len += 1;
+        cache
+            .by_domain
+            .entry(domain.to_string())
+            .or_default()
+            .insert(label.to_string(), Arc::clone(&counters));
+        counters
+    }
+
+    /// A request for an unconfigured domain.
+    pub fn unknown_domain(&self) {
+        self.unknown_domain.inc();
+    }
+
+    /// A descriptor of a configured domain that matched no rule.
+    pub fn no_rule(&self, domain: &str) {
+        self.no_rule.with_label_values(&[domain]).inc();
+    }
+
+    /// Time to answer one request.
+    pub fn observe_request(&self, transport: Transport, elapsed: Duration) {
+        let index = Transport::ALL
+            .iter()
+            .position(|t| *t == transport)
+            .unwrap_or(0);
+        self.request_duration[index].observe(elapsed.as_secs_f64());
+    }
+
+    /// Time of one store decision.
+    pub fn observe_store(&self, elapsed: Duration) {
+        self.store_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// A failed store decision.
+    pub fn store_error(&self, kind: &str) {
+        self.store_errors.with_label_values(&[kind]).inc();
+    }
+
+    /// A request answered by the failure mode.
+    pub fn failure_mode(&self, mode: &str) {
+        self.failure_mode.with_label_values(&[mode]).inc();
+    }
+
+    /// A rule reload attempt; on success, the new rule count.
+    pub fn config_reload(&self, success: bool, rules: Option<usize>) {
+        let result = if success { "success" } else { "failure" };
+        self.config_reloads.with_label_values(&[result]).inc();
+        if let Some(rules) = rules {
+            self.set_rules_loaded(rules);
+        }
+    }
+
+    /// The number of live rules.
+    pub fn set_rules_loaded(&self, rules: usize) {
+        self.rules_loaded
+            .set(i64::try_from(rules).unwrap_or(i64::MAX));
+    }
+
+    /// The Prometheus text exposition format of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::with_capacity(8 * 1024);
+        // Encoding into a Vec fails only for malformed metric families, which we never build.
+        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::error!(%error, "cannot encode metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_help() {
+        let metrics = Metrics::new();
+        metrics
+            .rule("api", "per_user")
+            .record(DecisionLabel::Denied, 3, false);
+        metrics.unknown_domain();
+        metrics.no_rule("api");
+        metrics.observe_request(Transport::Check, Duration::from_millis(1));
+        metrics.observe_store(Duration::from_millis(1));
+        metrics.config_reload(true, Some(7));
+        let text = metrics.render();
+        for name in [
+            "slidegate_decisions_total{decision=\"denied\",domain=\"api\",rule=\"per_user\"} 1",
+            "slidegate_hits_total{decision=\"denied\",domain=\"api\",rule=\"per_user\"} 3",
+            "slidegate_near_limit_total{domain=\"api\",rule=\"per_user\"} 0",
+            "slidegate_unknown_domain_total 1",
+            "slidegate_no_rule_total{domain=\"api\"} 1",
+            "slidegate_request_duration_seconds_count{transport=\"check\"} 1",
+            "slidegate_store_duration_seconds_count 1",
+            "slidegate_store_errors_total{kind=\"timeout\"} 0",
+            "slidegate_failure_mode_total{mode=\"deny\"} 0",
+            "slidegate_config_reloads_total{result=\"success\"} 1",
+            "slidegate_rules_loaded 7",
+            "slidegate_build_info{version=",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn rule_labels_are_capped() {
+        let metrics = Metrics::new();
+        for i in 0..MAX_RULE_LABELS + 5 {
+            metrics
+                .rule("d", &format!("r{i}"))
+                .record(DecisionLabel::Allowed, 1, false);
+        }
+        let text = metrics.render();
+        assert!(text.contains(
+            "slidegate_decisions_total{decision=\"allowed\",domain=\"d\",rule=\"overflow\"} 5"
+        ));
+        // A pair seen before the cap keeps its own series.
+        metrics
+            .rule("d", "r0")
+            .record(DecisionLabel::Allowed, 1, false);
+        assert!(metrics.render().contains(
+            "slidegate_decisions_total{decision=\"allowed\",domain=\"d\",rule=\"r0\"} 2"
+        ));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let metrics = Metrics::new();
+        metrics
+            .rule("d", "a\"b\\c\nd")
+            .record(DecisionLabel::Allowed, 1, true);
+        let text = metrics.render();
+        assert!(text.contains(r#"rule="a\"b\\c\nd""#), "{text}");
+    }
+}

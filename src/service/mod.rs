@@ -1,1 +1,88 @@
 //! The transports: gRPC RateLimitService v3 and the HTTP endpoints.
+//!
+//! Each transport only decodes a request into a [`limiter::Request`](crate::limiter::Request),
+//! calls [`RateLimiter::should_rate_limit`](crate::limiter::RateLimiter::should_rate_limit) and
+//! encodes the answer; the decisions live in [`crate::limiter`].
+//!
+//! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, `grpc.health.v1.Health`,
+//!   server reflection.
+//! - [`http`]: `POST /json`, `/check` (nginx `auth_request`, forward-auth), `GET /healthcheck`,
+//!   `GET /rlconfig`, `GET /metrics`.
+//! - [`health`]: the serving state shared by both.
+
+use crate::config::Unit;
+use crate::limiter::{Descriptor, LimitOverride, Request};
+
+pub mod check;
+pub mod grpc;
+pub mod health;
+pub mod http;
+pub mod json;
+
+/// A decoded request that owns its strings (for the HTTP transports, whose bodies and headers are
+/// decoded into new strings). [`OwnedRequest::as_request`] borrows it for the limiter.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnedRequest {
+    pub domain: String,
+    pub descriptors: Vec<OwnedDescriptor>,
+    pub hits_addend: u64,
+}
+
+/// One descriptor of an [`OwnedRequest`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnedDescriptor {
+    pub entries: Vec<(String, String)>,
+    pub limit: Option<LimitOverride>,
+    pub hits_addend: Option<u64>,
+    pub negative_hits: bool,
+}
+
+impl OwnedRequest {
+    pub fn as_request(&self) -> Request<'_> {
+        Request {
+            domain: &self.domain,
+            descriptors: self
+                .descriptors
+                .iter()
+                .map(|d| Descriptor {
+                    entries: d
+                        .entries
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect(),
+                    limit: d.limit,
+                    hits_addend: d.hits_addend,
+                    negative_hits: d.negative_hits,
+                })
+                .collect(),
+            hits_addend: self.hits_addend,
+        }
+    }
+}
+
+/// The number of a unit in Envoy's `RateLimitResponse.RateLimit.Unit`.
+pub fn unit_to_proto(unit: Unit) -> i32 {
+    match unit {
+        Unit::Second => 1,
+        Unit::Minute => 2,
+        Unit::Hour => 3,
+        Unit::Day => 4,
+        Unit::Month => 5,
+        Unit::Year => 6,
+        Unit::Week => 7,
+    }
+}
+
+/// A unit of a limit override (`envoy.type.v3.RateLimitUnit`, which has no WEEK); `None` for
+/// `UNKNOWN` and numbers Envoy does not define.
+pub fn unit_from_override(number: i32) -> Option<Unit> {
+    match number {
+        1 => Some(Unit::Second),
+        2 => Some(Unit::Minute),
+        3 => Some(Unit::Hour),
+        4 => Some(Unit::Day),
+        5 => Some(Unit::Month),
+        6 => Some(Unit::Year),
+        _ => None,
+    }
+}

@@ -1,0 +1,183 @@
+//! The HTTP endpoints (axum):
+//!
+//! - `POST /json`: [`super::json`] (envoyproxy/ratelimit-compatible JSON);
+//! - `/check` (any method): [`super::check`] (headers in, status code out; nginx, forward-auth);
+//! - `GET /healthcheck`: `200 OK` while serving, `503` otherwise (see [`super::health`]);
+//! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`);
+//! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
+//!
+//! Request bodies over `--max-body-bytes` are refused with 413.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+
+use super::check::{self, DenyStatus, OVER_HEADER};
+use super::health::Health;
+use super::json;
+use crate::limiter::{Code, LimitError, RateLimiter};
+use crate::metrics::Transport;
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub limiter: Arc<RateLimiter>,
+    pub health: Arc<Health>,
+    /// The domain of `/check` requests without `x-ratelimit-domain`.
+    pub check_domain: Option<String>,
+}
+
+/// All HTTP routes, with the body limit.
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/json", post(json_handler))
+        .route("/check", any(check_handler))
+        .route("/healthcheck", get(healthcheck))
+        .route("/rlconfig", get(rlconfig))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let response = match json::parse_request(&body) {
+        Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
+        Ok(request) => match state.limiter.should_rate_limit(&request.as_request()).await {
+            Ok(decision) => {
+                let status = match decision.overall {
+                    Code::Ok => StatusCode::OK,
+                    Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+                };
+                let headers = to_headers(&decision.headers);
+                let body = axum::Json(json::render_response(&decision));
+                (status, headers, body).into_response()
+            }
+            Err(error) => error_response(error),
+        },
+    };
+    state
+        .limiter
+        .metrics()
+        .observe_request(Transport::Json, started.elapsed());
+    response
+}
+
+async fn check_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let started = Instant::now();
+    let response = match check::parse(&headers, state.check_domain.as_deref()) {
+        Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
+        Ok(check) => match state
+            .limiter
+            .should_rate_limit(&check.request.as_request())
+            .await
+        {
+            Ok(decision) => {
+                let mut headers = to_headers(&decision.headers);
+                let status = match (decision.overall, check.deny_status) {
+                    (Code::Ok, _) => StatusCode::OK,
+                    (Code::OverLimit, DenyStatus::TooManyRequests) => StatusCode::TOO_MANY_REQUESTS,
+                    (Code::OverLimit, DenyStatus::Forbidden) => {
+                        headers.insert(
+                            HeaderName::from_static(OVER_HEADER),
+                            HeaderValue::from_static("1"),
+                        );
+                        StatusCode::FORBIDDEN
+                    }
+                };
+                let body = if status == StatusCode::OK {
+                    "OK\n"
+                } else {
+                    "over limit\n"
+                };
+                (status, headers, body).into_response()
+            }
+            Err(error) => error_response(error),
+        },
+    };
+    state
+        .limiter
+        .metrics()
+        .observe_request(Transport::Check, started.elapsed());
+    response
+}
+
+async fn healthcheck(State(state): State<AppState>) -> Response {
+    if state.health.is_serving() {
+        (StatusCode::OK, "OK\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "NOT_SERVING\n").into_response()
+    }
+}
+
+/// One line per rule: `domain path: limits; name=..; replaces=..; flags; source=file`.
+async fn rlconfig(State(state): State<AppState>) -> Response {
+    let rules = state.limiter.rules().load();
+    let mut out = String::new();
+    for rule in rules.rules() {
+        let limits = if rule.unlimited {
+            "unlimited".to_string()
+        } else {
+            rule.limits
+                .iter()
+                .map(|l| format!("{l} (window {})", humantime::format_duration(l.window())))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = write!(out, "{} {}: {limits}", rule.domain, rule.path);
+        if let Some(name) = &rule.name {
+            let _ = write!(out, "; name={name}");
+        }
+        if !rule.replaces.is_empty() {
+            let _ = write!(out, "; replaces={}", rule.replaces.join(","));
+        }
+        for (set, flag) in [
+            (rule.shadow_mode, "shadow_mode"),
+            (rule.detailed_metric, "detailed_metric"),
+            (rule.value_to_metric, "value_to_metric"),
+        ] {
+            if set {
+                let _ = write!(out, "; {flag}");
+            }
+        }
+        let _ = writeln!(out, "; source={}", rule.source);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], out).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.limiter.metrics().render(),
+    )
+        .into_response()
+}
+
+fn error_response(error: LimitError) -> Response {
+    let status = match error {
+        LimitError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+        LimitError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, format!("{error}\n")).into_response()
+}
+
+fn to_headers(pairs: &[(&'static str, String)]) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(pairs.len() + 1);
+    for (name, value) in pairs {
+        // The limiter writes lower-case names and decimal values, which are always valid.
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    headers
+}
