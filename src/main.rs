@@ -1,4 +1,4 @@
-//! The `slidegate` command line: `serve` (the default) and `check-config`. Wiring only: the
+//! The `slidegate` command line: `serve` (the default), `check-config` and `bench`. Wiring only: the
 //! behaviour lives in the library.
 
 use std::net::SocketAddr;
@@ -48,6 +48,9 @@ enum Command {
         /// A rule file, or a directory of `*.yaml`/`*.yml` files.
         path: PathBuf,
     },
+    /// Loads any RateLimitService v3 server over gRPC and reports throughput, latency
+    /// percentiles and allowed/denied/error counts (text and one JSON line).
+    Bench(slidegate::bench::BenchArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -132,6 +135,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::CheckConfig { path }) => check_config(&path),
         Some(Command::Serve(args)) => serve_main(args),
+        Some(Command::Bench(args)) => bench_main(args),
         None => serve_main(cli.serve),
     }
 }
@@ -149,6 +153,23 @@ fn check_config(path: &Path) -> ExitCode {
         }
         Err(errors) => {
             eprintln!("{errors}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `slidegate bench`: runs the load generator on a runtime of its own.
+fn bench_main(args: slidegate::bench::BenchArgs) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build();
+    let outcome = runtime
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| Ok(rt.block_on(slidegate::bench::run(args))?));
+    match outcome {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("slidegate bench: {error:#}");
             ExitCode::FAILURE
         }
     }
