@@ -13,7 +13,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
     }
 }
 

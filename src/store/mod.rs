@@ -35,10 +35,13 @@ pub mod key;
 pub mod memory;
 pub mod redis;
 
+pub use self::redis::{
+    DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisOptions, RedisStore, connect,
+    redact_url,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use key::CounterKey;
 pub use memory::MemoryStore;
-pub use self::redis::{DEFAULT_PREFIX, RedisOptions, RedisStore, connect, redact_url};
 
 /// One sliding-window counter that a request touches.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -82,15 +82,24 @@ impl RedisServer {
 
     /// Starts one with extra arguments (e.g. `["--requirepass", "secret"]`).
     pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
-        let bin = require_program("redis-server")?;
         let port = free_port();
+        let port_arg = port.to_string();
+        let mut args = vec!["--port", port_arg.as_str()];
+        args.extend(extra);
+        Self::spawn(&args, port)
+    }
+
+    /// Starts redis-server (bound to 127.0.0.1, no persistence, in a fresh directory) with `args`,
+    /// which must make it listen on `port`, and waits until that port accepts connections.
+    pub fn spawn(args: &[&str], port: u16) -> Option<RedisServer> {
+        let bin = require_program("redis-server")?;
         let dir = tempfile::tempdir().expect("tempdir");
         let child = Command::new(bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir.path())
-            .args(extra)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -119,5 +128,192 @@ impl RedisServer {
             .output()
             .expect("redis-cli");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl RedisServer {
+    /// `INFO commandstats` calls of one command (e.g. `evalsha`), 0 if never called.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        command_calls(&self.cli(&["INFO", "commandstats"]), command)
+    }
+}
+
+/// Reads `cmdstat_<command>:calls=N,...` from `INFO commandstats` output.
+pub fn command_calls(info: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{}:calls=", command.to_ascii_lowercase());
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A redis-server reached over TLS only, with a CA and server certificate generated for the test.
+/// The server does not ask clients for certificates (`--tls-auth-clients no`).
+pub struct TlsRedisServer {
+    pub server: RedisServer,
+    /// PEM of the CA that signed the server certificate (what a client must trust).
+    pub ca_file: PathBuf,
+}
+
+impl TlsRedisServer {
+    /// Starts one; `None` when redis-server is missing outside CI. `extra` as for
+    /// [`RedisServer::start_with`] (e.g. `--requirepass`).
+    pub fn start(extra: &[&str]) -> Option<TlsRedisServer> {
+        require_program("redis-server")?;
+        let certs = tempfile::tempdir().expect("tempdir");
+        let ca_file = certs.path().join("ca.pem");
+        let cert_file = certs.path().join("server.pem");
+        let key_file = certs.path().join("server.key");
+
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "slidegate test CA");
+        ca_params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = rcgen::KeyPair::generate().expect("ca key");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("ca cert");
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .expect("server params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "localhost");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let key = rcgen::KeyPair::generate().expect("server key");
+        let cert = params.signed_by(&key, &issuer).expect("server cert");
+
+        std::fs::write(&ca_file, ca_cert.pem()).expect("write ca");
+        std::fs::write(&cert_file, cert.pem()).expect("write cert");
+        std::fs::write(&key_file, key.serialize_pem()).expect("write key");
+
+        let tls_port = free_port();
+        let tls_port_arg = tls_port.to_string();
+        let mut args: Vec<&str> = vec!["--port", "0", "--tls-port", &tls_port_arg];
+        let (cert_s, key_s, ca_s) = (
+            cert_file.to_string_lossy().into_owned(),
+            key_file.to_string_lossy().into_owned(),
+            ca_file.to_string_lossy().into_owned(),
+        );
+        args.extend(["--tls-cert-file", &cert_s, "--tls-key-file", &key_s]);
+        args.extend(["--tls-ca-cert-file", &ca_s, "--tls-auth-clients", "no"]);
+        args.extend(extra);
+        let server = RedisServer::spawn(&args, tls_port)?;
+        // Keep the CA as long as the server (its dir is deleted on drop).
+        let kept = server.dir.path().join("ca.pem");
+        std::fs::copy(&ca_file, &kept).expect("keep ca");
+        Some(TlsRedisServer {
+            server,
+            ca_file: kept,
+        })
+    }
+
+    /// `rediss://[:password@]127.0.0.1:PORT`.
+    pub fn url(&self, password: Option<&str>) -> String {
+        match password {
+            Some(p) => format!("rediss://:{p}@127.0.0.1:{}", self.server.port),
+            None => format!("rediss://127.0.0.1:{}", self.server.port),
+        }
+    }
+}
+
+/// A 3-master Redis Cluster (no replicas) on free ports, killed on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts 3 cluster-enabled servers, joins them with `redis-cli --cluster create` and waits
+    /// for `cluster_state:ok` on every node. `None` when redis-server is missing outside CI.
+    pub fn start() -> Option<RedisCluster> {
+        require_program("redis-cli")?;
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let conf = format!("nodes-{port}.conf");
+            let server = RedisServer::spawn(
+                &[
+                    "--port",
+                    &port.to_string(),
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    "5000",
+                ],
+                port,
+            )?;
+            nodes.push(server);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .arg("--cluster-yes")
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ok = wait_until(Duration::from_secs(20), || {
+            nodes
+                .iter()
+                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        });
+        assert!(ok, "cluster did not reach cluster_state:ok");
+        Some(RedisCluster { nodes })
+    }
+
+    /// Seed URLs of all nodes.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The node serving `key` (by asking any node with `CLUSTER KEYSLOT` and `CLUSTER NODES`).
+    pub fn node_for(&self, key: &str) -> &RedisServer {
+        let slot: u16 = self.nodes[0]
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .parse()
+            .expect("keyslot");
+        let nodes = self.nodes[0].cli(&["CLUSTER", "NODES"]);
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let Some(addr) = fields.get(1) else { continue };
+            let port: u16 = addr
+                .split(['@', ':'])
+                .nth(1)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            let serves = fields.iter().skip(8).any(|range| {
+                let mut ends = range.split('-').filter_map(|n| n.parse::<u16>().ok());
+                match (ends.next(), ends.next()) {
+                    (Some(a), Some(b)) => (a..=b).contains(&slot),
+                    (Some(a), None) => a == slot,
+                    _ => false,
+                }
+            });
+            if let Some(node) = self.nodes.iter().find(|n| serves && n.port == port) {
+                return node;
+            }
+        }
+        panic!("no node serves slot {slot}");
+    }
+
+    /// `INFO commandstats` calls of `command` summed over all nodes.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        self.nodes.iter().map(|n| n.command_calls(command)).sum()
     }
 }

@@ -1,0 +1,219 @@
+//! The sliding-window Lua script: its arguments, its reply, and the ids of the hits it records.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::store::{Counter, CounterResult, StoreError};
+
+/// The script (see `sliding_window.lua` for the algorithm). redis-rs sends it by SHA (`EVALSHA`) and
+/// loads it on `NOSCRIPT`, so a restarted or new Redis node needs no preparation.
+pub static SCRIPT: LazyLock<::redis::Script> =
+    LazyLock::new(|| ::redis::Script::new(include_str!("../sliding_window.lua")));
+
+/// Largest limit, hit count or window (µs) sent to Lua, whose numbers are doubles: exact integers
+/// up to 2^53. A limit of 2^50 is unlimited in practice; a window of 2^50 µs is 35 years.
+const LUA_MAX: u64 = 1 << 50;
+
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// Length of the random instance part of a request id: 62^8 ≈ 2^47.6, so even a thousand replicas
+/// started at once collide with a chance of about 10^-9.
+const INSTANCE_LEN: usize = 8;
+
+/// Unique ids for requests, and so for the sorted-set members of their hits.
+///
+/// A member must be unique per counter, or a second hit in the same microsecond would overwrite
+/// the first (a sorted set holds each member once) and be admitted without being counted. The id
+/// is a random instance part drawn when the store is created (so replicas differ) followed by a
+/// per-store sequence number, both base 62: about 12 bytes. The first hit of a request uses the id
+/// itself, hit `n > 1` the id plus `:n`; base 62 has no `:`, so members never collide.
+#[derive(Debug)]
+pub struct RequestIds {
+    instance: String,
+    next: AtomicU64,
+}
+
+impl Default for RequestIds {
+    fn default() -> Self {
+        RequestIds::new()
+    }
+}
+
+impl RequestIds {
+    /// Draws a fresh random instance id.
+    pub fn new() -> RequestIds {
+        let mut instance = String::with_capacity(INSTANCE_LEN);
+        for _ in 0..INSTANCE_LEN {
+            instance.push(BASE62[rand::random_range(0..62)] as char);
+        }
+        RequestIds {
+            instance,
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// The id of a new request.
+    pub fn next(&self) -> String {
+        let mut id = self.instance.clone();
+        push_base62(&mut id, self.next.fetch_add(1, Ordering::Relaxed));
+        id
+    }
+}
+
+fn push_base62(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 11];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = BASE62[(n % 62) as usize];
+        n /= 62;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[i..].iter().map(|&d| d as char));
+}
+
+/// The members the script records for `hits` hits of request `id` (used to take them back).
+pub fn members(id: &str, hits: u64) -> Vec<String> {
+    (1..=hits.min(LUA_MAX))
+        .map(|n| {
+            if n == 1 {
+                id.to_string()
+            } else {
+                format!("{id}:{n}")
+            }
+        })
+        .collect()
+}
+
+/// The script call for some counters of one request (all of them on one slot in a cluster).
+pub fn invocation<'a>(
+    keys: impl IntoIterator<Item = &'a str>,
+    counters: impl IntoIterator<Item = &'a Counter>,
+    id: &str,
+) -> ::redis::ScriptInvocation<'static> {
+    let mut call = SCRIPT.prepare_invoke();
+    for key in keys {
+        call.key(key);
+    }
+    call.arg(id);
+    for c in counters {
+        call.arg(c.limit.min(LUA_MAX))
+            .arg(window_micros(c.window))
+            .arg(c.hits.min(LUA_MAX))
+            .arg(if c.shadow { "1" } else { "0" });
+    }
+    call
+}
+
+pub fn window_micros(window: Duration) -> u64 {
+    u64::try_from(window.as_micros())
+        .unwrap_or(u64::MAX)
+        .min(LUA_MAX)
+}
+
+/// One counter as the script reported it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reported {
+    pub result: CounterResult,
+    /// Time until one hit fits, `None` if one fits now (feeds the deny cache).
+    pub one_hit_fits_in: Option<Duration>,
+}
+
+/// The script's answer for the counters it was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// No non-shadow counter of this call is over limit; their hits were recorded.
+    pub allowed: bool,
+    pub counters: Vec<Reported>,
+}
+
+/// Reads `{allowed, now, (over, count, reset_after_us, reset1_us)*}`.
+pub fn parse(reply: &[i64], counters: &[&Counter]) -> Result<Reply, StoreError> {
+    let expected = 2 + 4 * counters.len();
+    if reply.len() != expected {
+        return Err(StoreError::Backend(format!(
+            "sliding-window script returned {} values, expected {expected}",
+            reply.len()
+        )));
+    }
+    let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
+    let counters = reply[2..]
+        .chunks_exact(4)
+        .zip(counters)
+        .map(|(r, c)| {
+            let count = u64::try_from(r[1]).unwrap_or(0);
+            Reported {
+                result: CounterResult {
+                    over_limit: r[0] != 0,
+                    count,
+                    remaining: c.limit.saturating_sub(count),
+                    reset_after: micros(r[2]),
+                },
+                one_hit_fits_in: (r[3] >= 0).then(|| micros(r[3])),
+            }
+        })
+        .collect();
+    Ok(Reply {
+        allowed: reply[0] == 1,
+        counters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn ids_are_short_unique_and_separator_free() {
+        let a = RequestIds::new();
+        let b = RequestIds::new();
+        assert_ne!(a.instance, b.instance);
+        let mut seen = HashSet::new();
+        for _ in 0..10_000 {
+            let id = a.next();
+            assert!(id.len() <= INSTANCE_LEN + 3, "{id}");
+            assert!(id.bytes().all(|c| c.is_ascii_alphanumeric()));
+            assert!(seen.insert(id));
+        }
+        assert!(seen.insert(b.next()));
+    }
+
+    #[test]
+    fn base62_digits() {
+        for (n, want) in [(0, "0"), (61, "z"), (62, "10"), (u64::MAX, "LygHa16AHYF")] {
+            let mut s = String::new();
+            push_base62(&mut s, n);
+            assert_eq!(s, want);
+        }
+    }
+
+    #[test]
+    fn members_of_a_request() {
+        assert_eq!(members("abc", 0), Vec::<String>::new());
+        assert_eq!(members("abc", 3), ["abc", "abc:2", "abc:3"]);
+    }
+
+    #[test]
+    fn parse_checks_the_shape() {
+        let key = crate::store::CounterKey::new("d", [], Duration::from_secs(1));
+        let c = Counter {
+            key,
+            limit: 5,
+            window: Duration::from_secs(1),
+            hits: 1,
+            shadow: false,
+        };
+        let reply = parse(&[0, 1, 1, 5, 300, 250], &[&c]).expect("parse");
+        assert!(!reply.allowed);
+        assert_eq!(reply.counters[0].result.remaining, 0);
+        assert_eq!(
+            reply.counters[0].one_hit_fits_in,
+            Some(Duration::from_micros(250))
+        );
+        assert!(parse(&[1, 1], &[&c]).is_err());
+    }
+}

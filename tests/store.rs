@@ -1,0 +1,1155 @@
+//! The stores against their specification, on real parts: one behaviour suite run on the memory
+//! store, a standalone Redis (with and without the local deny cache) and a 3-master Redis Cluster,
+//! plus exactness under concurrency, clock skew between replicas, TLS, authentication, memory per
+//! tracked hit, and the deny cache's savings.
+//!
+//! Redis servers are started by the tests on free ports (see `support`). The memory store runs on
+//! a manual clock; Redis runs on real time with windows of 1-2 s and assertions bounded by the
+//! measured time between calls, so they hold on a loaded machine without being vague.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use proptest::prelude::*;
+use redis::cluster_routing::Slot;
+use slidegate::store::{
+    Clock, Counter, CounterKey, Decision, ManualClock, MemoryStore, RedisOptions, RedisStore,
+    Store, StoreError, redact_url,
+};
+use support::{RedisCluster, RedisServer, TlsRedisServer};
+
+const PREFIX: &str = "sgtest:";
+/// Generous per-call timeout: tests share two cores with builds.
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+fn counter(domain: &str, name: &str, limit: u64, window: Duration, hits: u64) -> Counter {
+    Counter {
+        key: CounterKey::new(domain, [("k", name)], window),
+        limit,
+        window,
+        hits,
+        shadow: false,
+    }
+}
+
+fn shadow(mut c: Counter) -> Counter {
+    c.shadow = true;
+    c
+}
+
+fn hits(mut c: Counter, hits: u64) -> Counter {
+    c.hits = hits;
+    c
+}
+
+fn redis_options(url: String) -> RedisOptions {
+    RedisOptions {
+        url,
+        prefix: PREFIX.to_string(),
+        timeout: TIMEOUT,
+        deny_cache: 0,
+        ..RedisOptions::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fixture: one store plus what is needed to look behind it.
+
+enum Backend {
+    Memory(Arc<ManualClock>),
+    Redis(RedisServer),
+    Cluster(RedisCluster),
+}
+
+struct Fixture {
+    name: &'static str,
+    store: Arc<dyn Store>,
+    backend: Backend,
+    /// The store answers some denials from its local deny cache (other counters then unknown).
+    cached: bool,
+    started: Instant,
+}
+
+impl Fixture {
+    fn memory() -> Fixture {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_800_000_000)));
+        let store = Arc::new(MemoryStore::new(clock.clone()));
+        Fixture {
+            name: "memory",
+            store,
+            backend: Backend::Memory(clock),
+            cached: false,
+            started: Instant::now(),
+        }
+    }
+
+    async fn redis(deny_cache: bool) -> Option<Fixture> {
+        let server = RedisServer::start()?;
+        let mut opts = redis_options(server.url());
+        if deny_cache {
+            opts.deny_cache = 1000;
+        }
+        let store = RedisStore::connect(&opts).await.expect("connect");
+        assert_eq!(store.kind(), "redis");
+        store.ping().await.expect("ping");
+        assert_eq!(store.deny_cache().is_some(), deny_cache);
+        Some(Fixture {
+            name: if deny_cache { "redis+cache" } else { "redis" },
+            store: Arc::new(store),
+            backend: Backend::Redis(server),
+            cached: deny_cache,
+            started: Instant::now(),
+        })
+    }
+
+    async fn cluster() -> Option<Fixture> {
+        let cluster = RedisCluster::start()?;
+        let opts = RedisOptions {
+            cluster_nodes: cluster.urls(),
+            ..redis_options(String::new())
+        };
+        let store = RedisStore::connect(&opts).await.expect("connect");
+        assert_eq!(store.kind(), "redis-cluster");
+        store.ping().await.expect("ping");
+        assert!(store.deny_cache().is_none(), "no deny cache in a cluster");
+        Some(Fixture {
+            name: "cluster",
+            store: Arc::new(store),
+            backend: Backend::Cluster(cluster),
+            cached: false,
+            started: Instant::now(),
+        })
+    }
+
+    /// The store's notion of elapsed time: the manual clock, or real time.
+    fn now(&self) -> Duration {
+        match &self.backend {
+            Backend::Memory(clock) => clock.now(),
+            _ => self.started.elapsed(),
+        }
+    }
+
+    async fn sleep(&self, d: Duration) {
+        match &self.backend {
+            Backend::Memory(clock) => clock.advance(d),
+            _ => tokio::time::sleep(d).await,
+        }
+    }
+
+    async fn decide(&self, counters: &[Counter]) -> Decision {
+        let d = self
+            .store
+            .decide(counters)
+            .await
+            .unwrap_or_else(|e| panic!("[{}] decide failed: {e}", self.name));
+        assert_eq!(d.counters.len(), counters.len());
+        d
+    }
+
+    /// Decides and returns the time bounds within which the store decided.
+    async fn timed(&self, counters: &[Counter]) -> (Decision, Duration, Duration) {
+        let before = self.now();
+        let d = self.decide(counters).await;
+        (d, before, self.now())
+    }
+
+    /// `redis-cli` on the node that holds `counter` (the key appended to `args`); `None` for memory.
+    fn cli(&self, args: &[&str], counter: &Counter) -> Option<String> {
+        let key = format!("{PREFIX}{}", counter.key.as_str());
+        let mut all: Vec<&str> = args.to_vec();
+        all.push(&key);
+        match &self.backend {
+            Backend::Memory(..) => None,
+            Backend::Redis(server) => Some(server.cli(&all)),
+            Backend::Cluster(cluster) => Some(cluster.node_for(&key).cli(&all)),
+        }
+    }
+
+    fn real_time(&self) -> bool {
+        !matches!(self.backend, Backend::Memory(..))
+    }
+}
+
+/// `lo <= v <= hi` with a readable message.
+#[track_caller]
+fn assert_within(what: &str, v: Duration, lo: Duration, hi: Duration) {
+    assert!(
+        lo <= v && v <= hi,
+        "{what}: {v:?} not within [{lo:?}, {hi:?}]"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The behaviour suite. Every behaviour uses its own domain, so they never share counters.
+
+async fn run_suite(f: &Fixture) {
+    eprintln!("[{}] limits", f.name);
+    limits(f).await;
+    eprintln!("[{}] hits_zero_and_many", f.name);
+    hits_zero_and_many(f).await;
+    eprintln!("[{}] all_or_nothing", f.name);
+    all_or_nothing(f).await;
+    eprintln!("[{}] shadow_counters", f.name);
+    shadow_counters(f).await;
+    eprintln!("[{}] same_counter_twice", f.name);
+    same_counter_twice(f).await;
+    eprintln!("[{}] cross_slot", f.name);
+    cross_slot(f).await;
+    eprintln!("[{}] reset_after", f.name);
+    reset_after(f).await;
+    eprintln!("[{}] window_slides", f.name);
+    window_slides(f).await;
+    eprintln!("[{}] expiry", f.name);
+    expiry(f).await;
+}
+
+async fn limits(f: &Fixture) {
+    let c = counter("limits", "a", 3, Duration::from_secs(60), 1);
+    for n in 1..=3 {
+        let d = f.decide(std::slice::from_ref(&c)).await;
+        assert!(d.allowed, "[{}] hit {n}", f.name);
+        let r = &d.counters[0];
+        assert!(!r.over_limit);
+        assert_eq!((r.count, r.remaining), (n, 3 - n), "[{}] hit {n}", f.name);
+    }
+    for _ in 0..3 {
+        let d = f.decide(std::slice::from_ref(&c)).await;
+        assert!(!d.allowed, "[{}] over the limit", f.name);
+        let r = &d.counters[0];
+        assert!(r.over_limit);
+        assert_eq!((r.count, r.remaining), (3, 0));
+        assert!(r.reset_after > Duration::from_secs(50), "{r:?}");
+    }
+    // Another counter is independent.
+    let other = counter("limits", "b", 3, Duration::from_secs(60), 1);
+    assert!(f.decide(&[other]).await.allowed);
+    // An empty request is allowed and touches nothing.
+    let d = f.decide(&[]).await;
+    assert!(d.allowed && d.counters.is_empty());
+}
+
+async fn hits_zero_and_many(f: &Fixture) {
+    let w = Duration::from_secs(60);
+    let c = counter("hits", "a", 5, w, 1);
+    // hits 0 on an empty counter: a check, nothing recorded.
+    let d = f.decide(&[hits(c.clone(), 0)]).await;
+    assert!(d.allowed);
+    let r = &d.counters[0];
+    assert_eq!((r.over_limit, r.count, r.remaining), (false, 0, 5));
+    assert_eq!(r.reset_after, Duration::ZERO, "empty window");
+    let d = f.decide(&[hits(c.clone(), 3)]).await;
+    assert!(d.allowed);
+    assert_eq!((d.counters[0].count, d.counters[0].remaining), (3, 2));
+    let d = f.decide(&[hits(c.clone(), 0)]).await;
+    assert_eq!(
+        (d.allowed, d.counters[0].count),
+        (true, 3),
+        "checks record nothing"
+    );
+    // 3 more do not fit: denied, nothing recorded.
+    let d = f.decide(&[hits(c.clone(), 3)]).await;
+    assert!(!d.allowed && d.counters[0].over_limit);
+    assert_eq!((d.counters[0].count, d.counters[0].remaining), (3, 2));
+    // Exactly filling up is allowed.
+    let d = f.decide(&[hits(c.clone(), 2)]).await;
+    assert!(d.allowed);
+    assert_eq!((d.counters[0].count, d.counters[0].remaining), (5, 0));
+    // hits 0 decides as for one hit.
+    let d = f.decide(&[hits(c.clone(), 0)]).await;
+    assert!(!d.allowed && d.counters[0].over_limit);
+    // hits > limit: always denied, even on an empty counter; the wait is the whole window.
+    let big = counter("hits", "big", 5, w, 6);
+    let d = f.decide(std::slice::from_ref(&big)).await;
+    assert!(!d.allowed && d.counters[0].over_limit);
+    assert_eq!(d.counters[0].count, 0);
+    assert_eq!(d.counters[0].reset_after, w);
+    let d = f.decide(&[hits(big.clone(), 5)]).await;
+    assert!(d.allowed, "the denied big request consumed nothing");
+}
+
+async fn all_or_nothing(f: &Fixture) {
+    let w = Duration::from_secs(60);
+    let a = counter("aon", "a", 1, w, 1);
+    let b = counter("aon", "b", 5, w, 1);
+    let c = counter("aon-other", "c", 5, w, 1);
+    let d = f.decide(&[a.clone(), b.clone(), c.clone()]).await;
+    assert!(d.allowed);
+    // Now a is full: the request is denied and neither b nor c records anything.
+    for _ in 0..3 {
+        let d = f.decide(&[b.clone(), a.clone(), c.clone()]).await;
+        assert!(!d.allowed, "[{}]", f.name);
+        assert!(!d.counters[0].over_limit && d.counters[1].over_limit);
+        assert!(!d.counters[2].over_limit);
+        if !f.cached {
+            assert_eq!(d.counters[0].count, 1, "b reports what it holds");
+            assert_eq!(d.counters[0].remaining, 4);
+        }
+    }
+    let d = f.decide(&[hits(b.clone(), 0), hits(c.clone(), 0)]).await;
+    assert_eq!(d.counters[0].count, 1, "[{}] b consumed nothing", f.name);
+    assert_eq!(d.counters[1].count, 1, "[{}] c consumed nothing", f.name);
+    // Without a, b and c still admit.
+    let d = f.decide(&[b.clone(), c.clone()]).await;
+    assert!(d.allowed);
+    assert_eq!((d.counters[0].count, d.counters[1].count), (2, 2));
+}
+
+async fn shadow_counters(f: &Fixture) {
+    let w = Duration::from_secs(60);
+    let enforced = counter("shadow", "enforced", 3, w, 1);
+    let s = shadow(counter("shadow", "shadowed", 1, w, 1));
+    let d = f.decide(&[enforced.clone(), s.clone()]).await;
+    assert!(d.allowed);
+    assert_eq!(d.counters[1].count, 1);
+    // The shadow counter is over: reported, never denies, and records nothing while over.
+    let d = f.decide(&[enforced.clone(), s.clone()]).await;
+    assert!(d.allowed, "[{}] shadow never denies", f.name);
+    assert!(!d.counters[0].over_limit && d.counters[1].over_limit);
+    assert_eq!((d.counters[0].count, d.counters[1].count), (2, 1));
+    assert_eq!(d.counters[1].remaining, 0);
+    // A denied request records nothing on shadow counters either.
+    let roomy = shadow(counter("shadow", "roomy", 10, w, 1));
+    assert!(f.decide(&[enforced.clone(), roomy.clone()]).await.allowed);
+    let d = f.decide(&[enforced.clone(), roomy.clone()]).await;
+    assert!(!d.allowed);
+    let d = f.decide(&[hits(roomy.clone(), 0)]).await;
+    assert_eq!(
+        d.counters[0].count, 1,
+        "[{}] denied request left roomy alone",
+        f.name
+    );
+    // Shadow alone over its limit: still allowed.
+    let d = f.decide(std::slice::from_ref(&s)).await;
+    assert!(d.allowed && d.counters[0].over_limit);
+}
+
+async fn same_counter_twice(f: &Fixture) {
+    let c = counter("twice", "a", 3, Duration::from_secs(60), 2);
+    let d = f.decide(&[c.clone(), c.clone()]).await;
+    assert!(
+        !d.allowed,
+        "[{}] 2 + 2 hits of one counter exceed 3",
+        f.name
+    );
+    let one = hits(c.clone(), 1);
+    let d = f.decide(&[one.clone(), one.clone()]).await;
+    assert!(d.allowed);
+    let d = f.decide(&[hits(c.clone(), 0)]).await;
+    assert_eq!(d.counters[0].count, 2);
+}
+
+/// Two counters on different cluster slots (for the other stores just two counters): a deny by one
+/// leaves nothing behind on the other (the cluster store's compensation).
+async fn cross_slot(f: &Fixture) {
+    let w = Duration::from_secs(60);
+    let (a, b) = two_slots("xslot", 1, 3, w);
+    assert!(f.decide(std::slice::from_ref(&a)).await.allowed);
+    for _ in 0..3 {
+        let d = f.decide(&[b.clone(), a.clone()]).await;
+        assert!(!d.allowed, "[{}]", f.name);
+        assert!(!d.counters[0].over_limit && d.counters[1].over_limit);
+        if !f.cached {
+            assert_eq!(
+                d.counters[0].count, 0,
+                "[{}] b's hit was taken back",
+                f.name
+            );
+            assert_eq!(d.counters[0].remaining, 3);
+        }
+    }
+    if let Some(card) = f.cli(&["ZCARD"], &b) {
+        assert_eq!(
+            card, "0",
+            "[{}] no member of a denied request remains",
+            f.name
+        );
+    }
+    let d = f.decide(&[hits(b.clone(), 0)]).await;
+    assert_eq!(d.counters[0].count, 0);
+
+    // Denied by the other slot's counter; the first slot recorded and gives back.
+    let (c, e) = two_slots("xslot2", 5, 1, w);
+    assert!(f.decide(std::slice::from_ref(&e)).await.allowed);
+    let d = f.decide(&[c.clone(), e.clone()]).await;
+    assert!(!d.allowed && d.counters[1].over_limit);
+    let d = f.decide(&[hits(c.clone(), 0)]).await;
+    assert_eq!(d.counters[0].count, 0, "[{}]", f.name);
+
+    // A shadow counter over its limit on one slot does not stop the other.
+    let d = f.decide(&[shadow(a.clone()), b.clone()]).await;
+    assert!(d.allowed && d.counters[0].over_limit && !d.counters[1].over_limit);
+    assert_eq!(d.counters[1].count, 1);
+}
+
+/// Counters `a` (limit `la`) and `b` (limit `lb`) whose Redis keys fall on different slots.
+fn two_slots(domain: &str, la: u64, lb: u64, w: Duration) -> (Counter, Counter) {
+    let a = counter(domain, "a", la, w, 1);
+    let slot_a = Slot::for_key(format!("{PREFIX}{}", a.key.as_str()));
+    for i in 0.. {
+        let b = counter(domain, &format!("b{i}"), lb, w, 1);
+        if Slot::for_key(format!("{PREFIX}{}", b.key.as_str())) != slot_a {
+            return (a, b);
+        }
+    }
+    unreachable!()
+}
+
+async fn reset_after(f: &Fixture) {
+    let w = Duration::from_secs(2);
+    let c = counter("reset", "a", 2, w, 1);
+    let (d, t1_lo, t1_hi) = f.timed(std::slice::from_ref(&c)).await;
+    assert!(d.allowed);
+    // The oldest hit (this one) leaves in a whole window.
+    assert_eq!(d.counters[0].reset_after, w, "[{}] first hit", f.name);
+    f.sleep(Duration::from_millis(500)).await;
+    let (d, t2_lo, t2_hi) = f.timed(std::slice::from_ref(&c)).await;
+    assert!(d.allowed);
+    // Until the first hit leaves: w - (t2 - t1).
+    assert_within(
+        "allowed: oldest leaves",
+        d.counters[0].reset_after,
+        w - (t2_hi - t1_lo),
+        w - (t2_lo - t1_hi),
+    );
+    let (d, t3_lo, t3_hi) = f.timed(std::slice::from_ref(&c)).await;
+    assert!(!d.allowed);
+    assert_within(
+        "denied 1 hit: first leaves",
+        d.counters[0].reset_after,
+        w - (t3_hi - t1_lo),
+        w - (t3_lo - t1_hi),
+    );
+    // Two hits need both gone: the second leaves at t2 + w.
+    let (d, t4_lo, t4_hi) = f.timed(&[hits(c.clone(), 2)]).await;
+    assert!(!d.allowed);
+    assert_within(
+        "denied 2 hits: second leaves",
+        d.counters[0].reset_after,
+        w - (t4_hi - t2_lo),
+        w - (t4_lo - t2_hi),
+    );
+    // More than the limit never fits: the whole window.
+    let d = f.decide(&[hits(c.clone(), 3)]).await;
+    assert_eq!(d.counters[0].reset_after, w);
+    // A check on an empty counter: zero.
+    let d = f.decide(&[counter("reset", "empty", 2, w, 0)]).await;
+    assert_eq!(d.counters[0].reset_after, Duration::ZERO);
+}
+
+async fn window_slides(f: &Fixture) {
+    let w = Duration::from_secs(1);
+    let c = counter("slide", "a", 2, w, 1);
+    assert!(f.decide(std::slice::from_ref(&c)).await.allowed); // A
+    f.sleep(w / 2).await;
+    assert!(f.decide(std::slice::from_ref(&c)).await.allowed); // B
+    let d = f.decide(std::slice::from_ref(&c)).await;
+    assert!(!d.allowed);
+    let wait = d.counters[0].reset_after;
+    assert!(wait <= w / 2 && wait > Duration::ZERO, "{wait:?}");
+    if f.real_time() {
+        // Just before A leaves: still denied.
+        f.sleep(wait.saturating_sub(Duration::from_millis(250)))
+            .await;
+        assert!(!f.decide(std::slice::from_ref(&c)).await.allowed);
+        f.sleep(Duration::from_millis(300)).await;
+    } else {
+        // Exact boundaries: the window is (t - w, t].
+        f.sleep(wait - Duration::from_micros(1)).await;
+        assert!(!f.decide(std::slice::from_ref(&c)).await.allowed);
+        f.sleep(Duration::from_micros(1)).await;
+    }
+    // A left, B is still in the window: exactly one more fits (a fixed window would give two).
+    let d = f.decide(std::slice::from_ref(&c)).await;
+    assert!(d.allowed, "[{}] A left the window", f.name);
+    assert_eq!(d.counters[0].count, 2);
+    assert!(
+        !f.decide(std::slice::from_ref(&c)).await.allowed,
+        "[{}] B still in",
+        f.name
+    );
+    // After a whole quiet window the full limit is back.
+    f.sleep(w + Duration::from_millis(50)).await;
+    let d = f.decide(&[hits(c.clone(), 2)]).await;
+    assert!(d.allowed, "[{}] full limit after a quiet window", f.name);
+}
+
+async fn expiry(f: &Fixture) {
+    let w = Duration::from_secs(1);
+    let c = counter("expiry", "a", 5, w, 2);
+    assert!(f.decide(std::slice::from_ref(&c)).await.allowed);
+    if let Some(pttl) = f.cli(&["PTTL"], &c) {
+        let pttl: i64 = pttl.parse().expect("PTTL");
+        assert!(
+            pttl > 0 && pttl <= 1000,
+            "[{}] PTTL {pttl} within the window",
+            f.name
+        );
+        // A denied request does not extend the key's life.
+        assert!(!f.decide(&[hits(c.clone(), 4)]).await.allowed);
+        let again: i64 = f
+            .cli(&["PTTL"], &c)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(-3);
+        assert!(again <= pttl, "[{}] {again} > {pttl}", f.name);
+    }
+    f.sleep(w + Duration::from_millis(100)).await;
+    if let Some(exists) = f.cli(&["EXISTS"], &c) {
+        assert_eq!(exists, "0", "[{}] the key expired with its window", f.name);
+    }
+    let d = f.decide(&[hits(c.clone(), 5)]).await;
+    assert!(d.allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_memory() {
+    run_suite(&Fixture::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_redis() {
+    let Some(f) = Fixture::redis(false).await else {
+        return;
+    };
+    run_suite(&f).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_redis_with_deny_cache() {
+    let Some(f) = Fixture::redis(true).await else {
+        return;
+    };
+    run_suite(&f).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_redis_cluster() {
+    let Some(f) = Fixture::cluster().await else {
+        return;
+    };
+    run_suite(&f).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property: random arrival schedules against a reference sliding log (memory store, manual clock).
+
+/// What a sliding log must answer, from the admitted hits alone: `(time µs, hits)`.
+fn model_fits(admitted: &[(u64, u64)], now: u64, window: u64, limit: u64, hits: u64) -> bool {
+    let in_window: u64 = admitted
+        .iter()
+        .filter(|(t, _)| t + window > now)
+        .map(|(_, h)| h)
+        .sum();
+    hits <= limit && in_window + hits.max(1) <= limit
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Every decision equals the reference sliding log's: so no interval of length W ever admits
+    /// more than N (checked directly too), and a request is denied only if it truly does not fit,
+    /// which under saturation means exactly N per window.
+    #[test]
+    fn memory_store_is_an_exact_sliding_log(
+        limit in 1u64..8,
+        window_ms in 1u64..50,
+        schedule in prop::collection::vec((0u64..20_000, 0u64..4), 1..300),
+    ) {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
+        let store = MemoryStore::new(clock.clone());
+        let window = window_ms * 1000;
+        let c = counter("prop", "a", limit, Duration::from_millis(window_ms), 1);
+        let start = clock.now().as_micros() as u64;
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        for (gap, h) in schedule {
+            clock.advance(Duration::from_micros(gap));
+            let now = clock.now().as_micros() as u64 - start;
+            let expect = model_fits(&admitted, now, window, limit, h);
+            let d = store.decide_now(&[hits(c.clone(), h)]);
+            prop_assert_eq!(d.allowed, expect, "at {} µs, {} hits", now, h);
+            if d.allowed && h > 0 {
+                admitted.push((now, h));
+            }
+            let in_window: u64 = admitted.iter().filter(|(t, _)| t + window > now).map(|(_, h)| h).sum();
+            prop_assert!(in_window <= limit);
+            prop_assert_eq!(d.counters[0].count, in_window);
+        }
+        // Saturation: any interval of length W starting at an admission holds at most N hits.
+        for (i, &(t, _)) in admitted.iter().enumerate() {
+            let n: u64 = admitted[i..].iter().filter(|(u, _)| *u < t + window).map(|(_, h)| h).sum();
+            prop_assert!(n <= limit);
+        }
+    }
+
+    /// Two counters in every request, one of them sometimes shadow: all or nothing, checked
+    /// against two reference logs.
+    #[test]
+    fn memory_store_is_all_or_nothing(
+        schedule in prop::collection::vec((0u64..5_000, 0u64..3, any::<bool>(), any::<bool>()), 1..200),
+    ) {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
+        let store = MemoryStore::new(clock.clone());
+        let (wa, wb) = (10_000u64, 25_000u64);
+        let a = counter("prop2", "a", 3, Duration::from_micros(wa), 1);
+        let b = counter("prop2", "b", 5, Duration::from_micros(wb), 1);
+        let mut log_a: Vec<(u64, u64)> = Vec::new();
+        let mut log_b: Vec<(u64, u64)> = Vec::new();
+        let start = clock.now().as_micros() as u64;
+        for (gap, h, b_shadow, only_b) in schedule {
+            clock.advance(Duration::from_micros(gap));
+            let now = clock.now().as_micros() as u64 - start;
+            let fits_b = model_fits(&log_b, now, wb, 5, h);
+            let mut cb = hits(b.clone(), h);
+            cb.shadow = b_shadow;
+            let d = if only_b {
+                store.decide_now(std::slice::from_ref(&cb))
+            } else {
+                store.decide_now(&[hits(a.clone(), h), cb])
+            };
+            let fits_a = only_b || model_fits(&log_a, now, wa, 3, h);
+            let allowed = fits_a && (fits_b || b_shadow);
+            prop_assert_eq!(d.allowed, allowed);
+            if allowed && h > 0 {
+                if !only_b {
+                    log_a.push((now, h));
+                }
+                if fits_b {
+                    log_b.push((now, h));
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exactness under concurrency.
+
+/// Runs `n` requests concurrently, alternating over `stores`; returns how many were admitted.
+async fn admitted_of(stores: &[Arc<dyn Store>], counters: Vec<Counter>, n: usize) -> usize {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let store = stores[i % stores.len()].clone();
+            let counters = counters.clone();
+            tokio::spawn(async move { store.decide(&counters).await })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        let decision = task.await.expect("task").expect("decide");
+        admitted += usize::from(decision.allowed);
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_store_is_exact_under_concurrency() {
+    let clock: Arc<dyn Clock> = Arc::new(slidegate::store::SystemClock);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(clock));
+    let w = Duration::from_secs(60);
+    let one = counter("conc", "one", 50, w, 1);
+    assert_eq!(
+        admitted_of(std::slice::from_ref(&store), vec![one], 400).await,
+        50
+    );
+    // Two counters on (very likely) different shards, all or nothing.
+    let a = counter("conc", "a", 50, w, 1);
+    let b = counter("conc", "b", 30, w, 1);
+    assert_eq!(
+        admitted_of(
+            std::slice::from_ref(&store),
+            vec![a.clone(), b.clone()],
+            400
+        )
+        .await,
+        30
+    );
+    let d = store
+        .decide(&[hits(a, 0), hits(b, 0)])
+        .await
+        .expect("decide");
+    assert_eq!((d.counters[0].count, d.counters[1].count), (30, 30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_redis_replicas_are_exact_under_concurrency() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for cache in [0, 1000] {
+        let opts = RedisOptions {
+            deny_cache: cache,
+            ..redis_options(server.url())
+        };
+        stores.push(Arc::new(RedisStore::connect(&opts).await.expect("connect")));
+    }
+    let c = counter("conc", "redis", 50, Duration::from_secs(60), 1);
+    assert_eq!(admitted_of(&stores, vec![c.clone()], 400).await, 50);
+    let key = format!("{PREFIX}{}", c.key.as_str());
+    assert_eq!(server.cli(&["ZCARD", &key]), "50");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_cluster_replicas_are_exact_under_concurrency() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let opts = RedisOptions {
+        cluster_nodes: cluster.urls(),
+        ..redis_options(String::new())
+    };
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
+        stores.push(Arc::new(RedisStore::connect(&opts).await.expect("connect")));
+    }
+    let w = Duration::from_secs(60);
+    let c = counter("conc", "cluster", 50, w, 1);
+    assert_eq!(admitted_of(&stores, vec![c], 400).await, 50);
+
+    // Across slots: never over-admitted, and nothing of a denied request is left behind.
+    let (a, b) = two_slots("conc-xslot", 50, 30, w);
+    let admitted = admitted_of(&stores, vec![a.clone(), b.clone()], 400).await;
+    assert!((1..=30).contains(&admitted), "admitted {admitted}");
+    for c in [&a, &b] {
+        let key = format!("{PREFIX}{}", c.key.as_str());
+        let card = cluster.node_for(&key).cli(&["ZCARD", &key]);
+        assert_eq!(card, admitted.to_string(), "{key}");
+    }
+    eprintln!(
+        "cross-slot under contention: {admitted} of 30 admitted (the rest spuriously denied)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clock skew: one replica runs with its clock an hour ahead (libfaketime), the other with the real
+// clock; both enforce one limit exactly, because the script reads Redis's TIME.
+
+const SKEW_URL_ENV: &str = "SLIDEGATE_TEST_SKEW_REDIS_URL";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_skew_between_replicas_is_irrelevant() {
+    let Some(faketime) = support::require_program("faketime") else {
+        return;
+    };
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::connect(&redis_options(server.url()))
+            .await
+            .expect("connect"),
+    );
+    let c = skew_counter();
+    // This replica admits 20 of 50.
+    assert_eq!(
+        admitted_of(std::slice::from_ref(&store), vec![c.clone()], 20).await,
+        20
+    );
+    // The skewed replica, in its own process, sends 60: exactly 30 fit.
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new(faketime)
+        .args(["-m", "-f", "+1h"])
+        .arg(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            "skew_replica_process",
+            "--nocapture",
+        ])
+        .env(SKEW_URL_ENV, server.url())
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .output()
+        .expect("run skewed replica");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "skewed replica failed:\n{stdout}\n{stderr}"
+    );
+    let admitted: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("SKEWED_ADMITTED="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no result from skewed replica:\n{stdout}\n{stderr}"));
+    assert_eq!(admitted, 30, "the skewed replica takes exactly the rest");
+    // And this replica now finds the limit used up.
+    assert_eq!(
+        admitted_of(std::slice::from_ref(&store), vec![c.clone()], 20).await,
+        0
+    );
+    let key = format!("{PREFIX}{}", c.key.as_str());
+    assert_eq!(server.cli(&["ZCARD", &key]), "50");
+    // Every score is Redis time (this machine's real clock), none an hour ahead.
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_micros() as f64;
+    let scores = server.cli(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]);
+    for score in scores.lines().skip(1).step_by(2) {
+        let score: f64 = score.parse().expect("score");
+        assert!(
+            (now_us - score).abs() < 60e6,
+            "score {score} vs now {now_us}"
+        );
+    }
+}
+
+fn skew_counter() -> Counter {
+    counter("skew", "shared", 50, Duration::from_secs(120), 1)
+}
+
+/// The skewed replica of `clock_skew_between_replicas_is_irrelevant`, run in a child process under
+/// faketime; does nothing when run on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by clock_skew_between_replicas_is_irrelevant"]
+async fn skew_replica_process() {
+    let Ok(url) = std::env::var(SKEW_URL_ENV) else {
+        return;
+    };
+    let local = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
+    let redis_time = {
+        let client = redis::Client::open(url.as_str()).expect("client");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("conn");
+        let (s, us): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .expect("TIME");
+        Duration::from_secs(s) + Duration::from_micros(us)
+    };
+    let skew = local.as_secs_f64() - redis_time.as_secs_f64();
+    assert!(
+        skew > 3000.0,
+        "faketime did not move this process's clock: skew {skew} s"
+    );
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::connect(&redis_options(url))
+            .await
+            .expect("connect"),
+    );
+    let admitted = admitted_of(&[store], vec![skew_counter()], 60).await;
+    println!("SKEWED_ADMITTED={admitted}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS and authentication.
+
+fn probe() -> Counter {
+    counter("probe", "a", 10, Duration::from_secs(10), 1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca_and_a_password() {
+    let Some(tls) = TlsRedisServer::start(&["--requirepass", "tls-s3cret"]) else {
+        return;
+    };
+    let opts = RedisOptions {
+        tls_ca_file: Some(tls.ca_file.clone()),
+        ..redis_options(tls.url(Some("tls-s3cret")))
+    };
+    let store = RedisStore::connect(&opts).await.expect("connect");
+    store.ping().await.expect("ping over TLS");
+    let d = store.decide(&[probe()]).await.expect("decide over TLS");
+    assert!(d.allowed && d.counters[0].count == 1);
+
+    // Without trusting the CA the handshake fails: an error, no panic, no password.
+    let untrusted = RedisStore::connect(&redis_options(tls.url(Some("tls-s3cret"))))
+        .await
+        .expect("options are fine");
+    let err = untrusted.decide(&[probe()]).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Connection(_) | StoreError::Timeout(_)),
+        "{err:?}"
+    );
+    assert!(!err.to_string().contains("tls-s3cret"), "{err}");
+
+    // Wrong password over TLS.
+    let opts = RedisOptions {
+        tls_ca_file: Some(tls.ca_file.clone()),
+        ..redis_options(tls.url(Some("wrong-pass")))
+    };
+    let wrong = RedisStore::connect(&opts).await.expect("options are fine");
+    let err = wrong.decide(&[probe()]).await.unwrap_err();
+    assert!(!err.to_string().contains("wrong-pass"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_in_the_url_and_never_in_messages() {
+    let Some(server) = RedisServer::start_with(&["--requirepass", "hunter2-secret"]) else {
+        return;
+    };
+    let url = format!("redis://:hunter2-secret@127.0.0.1:{}", server.port);
+    let store = RedisStore::connect(&redis_options(url.clone()))
+        .await
+        .expect("connect");
+    assert!(store.decide(&[probe()]).await.expect("decide").allowed);
+    assert!(!format!("{store:?}").contains("hunter2"), "{store:?}");
+    assert!(!format!("{:?}", redis_options(url.clone())).contains("hunter2"));
+    assert!(!redact_url(&url).contains("hunter2"));
+
+    let wrong_url = format!("redis://default:hunter3-wrong@127.0.0.1:{}/0", server.port);
+    let wrong = RedisStore::connect(&redis_options(wrong_url))
+        .await
+        .expect("options are fine");
+    for _ in 0..2 {
+        let err = wrong.decide(&[probe()]).await.unwrap_err();
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("hunter3"), "{text}");
+        let ping = wrong.ping().await.unwrap_err();
+        assert!(!format!("{ping} {ping:?}").contains("hunter3"));
+    }
+    assert!(!format!("{wrong:?}").contains("hunter3"));
+
+    // Keys carry the prefix and the counter key.
+    let keys = server.cli(&["-a", "hunter2-secret", "--no-auth-warning", "KEYS", "*"]);
+    assert_eq!(keys, format!("{PREFIX}{{probe:k=a}}10000"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_redis_is_an_error_and_a_restarted_one_works_again() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let port = server.port;
+    let opts = RedisOptions {
+        timeout: Duration::from_millis(500),
+        ..redis_options(server.url())
+    };
+    let store = RedisStore::connect(&opts).await.expect("connect");
+    assert!(store.decide(&[probe()]).await.expect("decide").allowed);
+    drop(server);
+    let started = Instant::now();
+    let err = store.decide(&[probe()]).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "bounded by the timeout"
+    );
+    assert!(
+        matches!(err, StoreError::Connection(_) | StoreError::Timeout(_)),
+        "{err:?}"
+    );
+    // A new server on the same port: the connection manager reconnects by itself.
+    let _again = RedisServer::spawn(&["--port", &port.to_string()], port).expect("restart");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.decide(&[probe()]).await.is_err() {
+        assert!(Instant::now() < deadline, "store did not reconnect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis memory per tracked hit.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_bytes_per_tracked_hit() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::connect(&redis_options(server.url()))
+            .await
+            .expect("connect"),
+    );
+    let used = || -> f64 {
+        let info = server.cli(&["INFO", "memory"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("used_memory")
+    };
+    let w = Duration::from_secs(600);
+    // Small logs (listpack encoding, up to 128 entries): 500 counters x 100 single hits.
+    let before = used();
+    fill(&store, 500, 100, w).await;
+    let small = (used() - before) / 50_000.0;
+    let one = format!("{PREFIX}{}", counter("mem100", "0", 100, w, 1).key.as_str());
+    assert_eq!(server.cli(&["OBJECT", "ENCODING", &one]), "listpack");
+    let usage: f64 = server
+        .cli(&["MEMORY", "USAGE", &one, "SAMPLES", "0"])
+        .parse()
+        .expect("usage");
+    // Large logs (skiplist encoding): 20 counters x 1000 single hits.
+    let before = used();
+    fill(&store, 20, 1000, w).await;
+    let large = (used() - before) / 20_000.0;
+    let big = format!(
+        "{PREFIX}{}",
+        counter("mem1000", "0", 1000, w, 1).key.as_str()
+    );
+    assert_eq!(server.cli(&["OBJECT", "ENCODING", &big]), "skiplist");
+    eprintln!(
+        "Redis bytes per tracked hit: {small:.1} (listpack, 100 per key; MEMORY USAGE of one key \
+         {usage} B = {:.1}/hit), {large:.1} (skiplist, 1000 per key)",
+        usage / 100.0
+    );
+    assert!(small > 5.0 && small < 60.0, "listpack {small}");
+    assert!(large > 20.0 && large < 160.0, "skiplist {large}");
+}
+
+async fn fill(store: &Arc<dyn Store>, counters: usize, per_counter: u64, w: Duration) {
+    let domain = format!("mem{per_counter}");
+    let mut tasks = Vec::new();
+    for i in 0..counters {
+        let store = store.clone();
+        let c = counter(&domain, &i.to_string(), per_counter, w, 1);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per_counter {
+                let d = store
+                    .decide(std::slice::from_ref(&c))
+                    .await
+                    .expect("decide");
+                assert!(d.allowed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("fill task");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The local deny cache: exact, and about one Redis call per reset under a flood.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_is_exact_and_spares_redis() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let opts = RedisOptions {
+        deny_cache: 1000,
+        ..redis_options(server.url())
+    };
+    let store = RedisStore::connect(&opts).await.expect("connect");
+    let w = Duration::from_secs(1);
+    let c = counter("flood", "a", 5, w, 1);
+    let calls_before = server.command_calls("evalsha");
+    let started = Instant::now();
+    // (sent, answered) of every admitted request.
+    let mut admitted_at: Vec<(Duration, Duration)> = Vec::new();
+    let mut requests = 0u64;
+    while started.elapsed() < Duration::from_millis(2500) {
+        let sent = started.elapsed();
+        let d = store
+            .decide(std::slice::from_ref(&c))
+            .await
+            .expect("decide");
+        requests += 1;
+        if d.allowed {
+            admitted_at.push((sent, started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let calls = server.command_calls("evalsha") - calls_before;
+    eprintln!(
+        "flood: {requests} requests, {} admitted, {calls} EVALSHA",
+        admitted_at.len()
+    );
+    // Batches of 5 at ~0 s, ~1 s, ~2 s: a hit never comes back before its predecessor 5 places
+    // earlier left, and never much later either (the cache does not delay admissions). Redis
+    // decided each somewhere between sending and answering.
+    assert_eq!(admitted_at.len(), 15, "{admitted_at:?}");
+    for i in 5..admitted_at.len() {
+        let (sent, answered) = admitted_at[i];
+        let (prev_sent, prev_answered) = admitted_at[i - 5];
+        assert!(answered - prev_sent >= w, "too early: {admitted_at:?}");
+        assert!(
+            sent.saturating_sub(prev_answered) <= w + Duration::from_millis(100),
+            "delayed: {admitted_at:?}"
+        );
+    }
+    assert!(requests > 500, "{requests}");
+    // 15 admissions, one deny per reset cached, plus a few around each reset instant.
+    assert!(calls <= 40, "{calls} Redis calls for {requests} requests");
+    assert!(store.deny_cache().is_some_and(|c| c.len() <= 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_never_denies_what_redis_would_allow() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let cached = RedisStore::connect(&RedisOptions {
+        deny_cache: 1000,
+        ..redis_options(server.url())
+    })
+    .await
+    .expect("connect");
+    let plain = RedisStore::connect(&redis_options(server.url()))
+        .await
+        .expect("connect");
+    let w = Duration::from_millis(1500);
+    let full = counter("cache", "full", 2, w, 1);
+    let other = counter("cache", "other", 10, w, 1);
+    for c in [&full, &other] {
+        let d = cached
+            .decide(std::slice::from_ref(c))
+            .await
+            .expect("decide");
+        assert!(d.allowed);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let d = plain
+        .decide(std::slice::from_ref(&full))
+        .await
+        .expect("decide");
+    assert!(d.allowed);
+    // Now full: the first deny comes from Redis and is cached.
+    let d = cached
+        .decide(&[other.clone(), full.clone()])
+        .await
+        .expect("decide");
+    assert!(!d.allowed);
+    assert_eq!(d.counters[0].count, 1, "Redis answered");
+    let d = cached
+        .decide(&[other.clone(), full.clone()])
+        .await
+        .expect("decide");
+    assert!(!d.allowed);
+    assert_eq!(
+        (
+            d.counters[0].over_limit,
+            d.counters[0].count,
+            d.counters[0].remaining
+        ),
+        (false, 0, 10),
+        "answered locally: the other counter is unknown"
+    );
+    assert!(d.counters[1].over_limit && d.counters[1].remaining == 0);
+    // Shadow counters are never answered from the cache.
+    let d = cached
+        .decide(&[shadow(full.clone())])
+        .await
+        .expect("decide");
+    assert!(d.allowed && d.counters[0].over_limit);
+    // A raised limit is a different entry.
+    let raised = Counter {
+        limit: 3,
+        ..full.clone()
+    };
+    assert!(cached.decide(&[raised]).await.expect("decide").allowed);
+    // Poll both stores with checks until the uncached one admits; from that moment on (a few ms
+    // of slack for the two calls) the cached one must admit too.
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "never admitted again"
+        );
+        let probe = hits(full.clone(), 0);
+        let truth = plain
+            .decide(std::slice::from_ref(&probe))
+            .await
+            .expect("decide");
+        if truth.allowed {
+            let d = cached.decide(&[probe]).await.expect("decide");
+            assert!(d.allowed, "cache denied what Redis allows");
+            break;
+        }
+        let d = cached.decide(&[probe]).await.expect("decide");
+        assert!(!d.allowed || truth.counters[0].reset_after < Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
