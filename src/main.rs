@@ -38,6 +38,8 @@ struct Cli {
     serve: ServeArgs,
 }
 
+// Parsed once at startup: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serves gRPC (Envoy RateLimitService v3, health, reflection) and HTTP (/json, /check,
