@@ -8,7 +8,14 @@
 //!
 //! With `--server-pid`, the server's CPU time (user + system, from `/proc/PID/stat`) over the
 //! measured phase is divided by the requests served: CPU per request is the figure that stays
-//! comparable on a shared, noisy machine where absolute rates drift.
+//! comparable on a shared, noisy machine where absolute rates drift. The generator reports its own
+//! CPU per request too (it usually shares the cores with the server), and with `--redis-pid` the
+//! Redis server's.
+//!
+//! With `--rate`, each worker sends at `rate / concurrency`, the workers staggered over one
+//! interval so the load is spread evenly rather than sent in bursts; latency is measured from the
+//! actual send (tokio's timer has millisecond granularity, which would otherwise add up to 1 ms).
+//! `--prefill N` first sends N requests for every key, so that a large key space starts full.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -52,7 +59,11 @@ pub enum KeyDistribution {
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchArgs {
     /// gRPC address of the RateLimitService to load.
-    #[arg(long, env = "SLIDEGATE_BENCH_TARGET", default_value = "http://127.0.0.1:8081")]
+    #[arg(
+        long,
+        env = "SLIDEGATE_BENCH_TARGET",
+        default_value = "http://127.0.0.1:8081"
+    )]
     pub target: String,
     /// Domain sent in every request.
     #[arg(long, env = "SLIDEGATE_BENCH_DOMAIN", default_value = "bench")]
@@ -67,7 +78,12 @@ pub struct BenchArgs {
     #[arg(long, env = "SLIDEGATE_BENCH_KEYS", default_value_t = 10_000)]
     pub keys: u64,
     /// How values are drawn from the key space.
-    #[arg(long, env = "SLIDEGATE_BENCH_DISTRIBUTION", value_enum, default_value = "uniform")]
+    #[arg(
+        long,
+        env = "SLIDEGATE_BENCH_DISTRIBUTION",
+        value_enum,
+        default_value = "uniform"
+    )]
     pub distribution: KeyDistribution,
     /// Zipf exponent for `--distribution zipf` (1.0 is the classic skew).
     #[arg(long, env = "SLIDEGATE_BENCH_ZIPF_EXPONENT", default_value_t = 1.0)]
@@ -96,6 +112,14 @@ pub struct BenchArgs {
     /// PID of the server under test: report its CPU time per request (Linux /proc).
     #[arg(long, env = "SLIDEGATE_BENCH_SERVER_PID")]
     pub server_pid: Option<u32>,
+    /// PID of the Redis server behind it: report its CPU time per request too.
+    #[arg(long, env = "SLIDEGATE_BENCH_REDIS_PID")]
+    pub redis_pid: Option<u32>,
+    /// Before the warm-up, send this many rounds of one request for every key of the key space
+    /// (each descriptor position gets the same key): a large key space then starts full, and N
+    /// rounds put exactly N hits on every counter.
+    #[arg(long, env = "SLIDEGATE_BENCH_PREFILL", default_value_t = 0)]
+    pub prefill: u64,
     /// Print only the JSON line (no text report, no progress bar).
     #[arg(long, env = "SLIDEGATE_BENCH_JSON")]
     pub json: bool,
@@ -108,6 +132,11 @@ pub struct BenchReport {
     pub descriptors: usize,
     pub keys: u64,
     pub distribution: String,
+    pub domain: String,
+    pub key: String,
+    pub hits: u32,
+    /// The `--rate` asked for (0: as fast as possible).
+    pub rate: u64,
     pub connections: usize,
     pub concurrency: usize,
     pub duration_s: f64,
@@ -119,6 +148,32 @@ pub struct BenchReport {
     pub latency_us: Percentiles,
     /// Server CPU microseconds per request, when `--server-pid` was given.
     pub server_cpu_us_per_request: Option<f64>,
+    /// Cores the server used on average (CPU time / wall time), with `--server-pid`.
+    pub server_cores: Option<f64>,
+    /// This load generator's own CPU microseconds per request.
+    pub client_cpu_us_per_request: Option<f64>,
+    /// Redis CPU microseconds per request, when `--redis-pid` was given.
+    pub redis_cpu_us_per_request: Option<f64>,
+    /// Cores Redis used on average, with `--redis-pid`.
+    pub redis_cores: Option<f64>,
+}
+
+/// CPU time of the processes being watched, at one instant.
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuSnapshot {
+    server: Option<Duration>,
+    client: Option<Duration>,
+    redis: Option<Duration>,
+}
+
+impl CpuSnapshot {
+    fn take(args: &BenchArgs) -> Self {
+        CpuSnapshot {
+            server: args.server_pid.and_then(process_cpu_time),
+            client: process_cpu_time(std::process::id()),
+            redis: args.redis_pid.and_then(process_cpu_time),
+        }
+    }
 }
 
 /// Latency percentiles in microseconds.
@@ -160,6 +215,9 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     let keys = Arc::new(KeySpace::new(&args)?);
     let requests_done = Arc::new(AtomicU64::new(0));
 
+    if args.prefill > 0 {
+        prefill(&args, &channels).await;
+    }
     // Warm-up: same load, results discarded.
     if !args.warmup.is_zero() {
         let stop = Arc::new(AtomicBool::new(false));
@@ -167,7 +225,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     }
 
     requests_done.store(0, Ordering::Relaxed);
-    let cpu_before = args.server_pid.and_then(process_cpu_time);
+    let cpu_before = CpuSnapshot::take(&args);
     let progress = progress_bar(&args);
     let stop = Arc::new(AtomicBool::new(false));
     let ticker = progress.clone().map(|bar| {
@@ -181,7 +239,15 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         })
     });
     let started = Instant::now();
-    let stats = drive(&args, &channels, &keys, args.duration, &stop, &requests_done).await;
+    let stats = drive(
+        &args,
+        &channels,
+        &keys,
+        args.duration,
+        &stop,
+        &requests_done,
+    )
+    .await;
     let elapsed = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     if let Some(ticker) = ticker {
@@ -190,9 +256,9 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    let cpu_after = args.server_pid.and_then(process_cpu_time);
+    let cpu_after = CpuSnapshot::take(&args);
 
-    let report = summarize(&args, stats, elapsed, cpu_before.zip(cpu_after));
+    let report = summarize(&args, stats, elapsed, cpu_before, cpu_after);
     print_report(&args, &report);
     Ok(report)
 }
@@ -244,7 +310,13 @@ async fn drive(
     let interval = (args.rate > 0)
         .then(|| Duration::from_secs_f64(args.concurrency as f64 / args.rate as f64));
     let mut workers = Vec::with_capacity(args.concurrency);
+    let start = Instant::now();
     for worker in 0..args.concurrency {
+        // Spread the paced workers evenly over one interval instead of sending in bursts.
+        let first_send = match interval {
+            Some(interval) => start + interval.mul_f64(worker as f64 / args.concurrency as f64),
+            None => start,
+        };
         let client = RateLimitServiceClient::new(channels[worker % channels.len()].clone());
         let job = Worker {
             client,
@@ -258,7 +330,7 @@ async fn drive(
         };
         let stop = stop.clone();
         let done = done.clone();
-        workers.push(tokio::spawn(job.run(deadline, stop, done)));
+        workers.push(tokio::spawn(job.run(first_send, deadline, stop, done)));
     }
     let mut stats = Vec::with_capacity(workers.len());
     for worker in workers {
@@ -283,12 +355,13 @@ struct Worker {
 impl Worker {
     async fn run(
         mut self,
+        first_send: Instant,
         deadline: Instant,
         stop: Arc<AtomicBool>,
         done: Arc<AtomicU64>,
     ) -> WorkerStats {
         let mut stats = WorkerStats::new();
-        let mut next_send = Instant::now();
+        let mut next_send = first_send;
         while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
             if let Some(interval) = self.interval {
                 tokio::time::sleep_until(next_send.into()).await;
@@ -312,20 +385,86 @@ impl Worker {
     }
 
     fn request(&mut self) -> RateLimitRequest {
-        let descriptors = (0..self.descriptors)
-            .map(|position| RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: self.key.clone(),
-                    value: format!("{position}-{}", self.keys.sample(&mut self.rng)),
-                }],
-                ..Default::default()
-            })
-            .collect();
-        RateLimitRequest {
-            domain: self.domain.clone(),
-            descriptors,
-            hits_addend: self.hits,
-        }
+        let keys = &self.keys;
+        let rng = &mut self.rng;
+        build_request(
+            &self.domain,
+            &self.key,
+            self.descriptors,
+            self.hits,
+            |_| keys.sample(rng),
+        )
+    }
+}
+
+/// A request whose descriptor at `position` is `[(key, "{position}-{pick(position)}")]`.
+fn build_request(
+    domain: &str,
+    key: &str,
+    descriptors: usize,
+    hits: u32,
+    mut pick: impl FnMut(usize) -> u64,
+) -> RateLimitRequest {
+    let descriptors = (0..descriptors)
+        .map(|position| RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.to_string(),
+                value: format!("{position}-{}", pick(position)),
+            }],
+            ..Default::default()
+        })
+        .collect();
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors,
+        hits_addend: hits,
+    }
+}
+
+/// Sends `--prefill` rounds of one request for every key (all descriptor positions on the same
+/// key), `--concurrency` at a time. Errors are counted and reported, not fatal: the measured phase
+/// reports its own.
+async fn prefill(args: &BenchArgs, channels: &[Channel]) {
+    let next = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(args.concurrency);
+    for worker in 0..args.concurrency {
+        let mut client = RateLimitServiceClient::new(channels[worker % channels.len()].clone());
+        let (next, errors) = (next.clone(), errors.clone());
+        let (domain, key, descriptors, hits, keys) = (
+            args.domain.clone(),
+            args.key.clone(),
+            args.descriptors,
+            args.hits,
+            args.keys,
+        );
+        let total = keys.saturating_mul(args.prefill);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= total {
+                    break;
+                }
+                let k = n % keys;
+                let request = build_request(&domain, &key, descriptors, hits, |_| k);
+                if client.should_rate_limit(request).await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    if !args.json {
+        eprintln!(
+            "prefilled {} keys x {} in {:.1}s ({} errors)",
+            args.keys,
+            args.prefill,
+            started.elapsed().as_secs_f64(),
+            errors.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -371,7 +510,8 @@ fn summarize(
     args: &BenchArgs,
     stats: Vec<WorkerStats>,
     elapsed: Duration,
-    cpu: Option<(Duration, Duration)>,
+    before: CpuSnapshot,
+    after: CpuSnapshot,
 ) -> BenchReport {
     let mut total = WorkerStats::new();
     for s in stats {
@@ -383,11 +523,24 @@ fn summarize(
     let requests = total.allowed + total.denied + total.errors;
     let h = &total.histogram;
     let seconds = elapsed.as_secs_f64();
+    let used = |b: Option<Duration>, a: Option<Duration>| {
+        b.zip(a)
+            .map(|(b, a)| a.saturating_sub(b).as_secs_f64() * 1e6)
+    };
+    let per_request = |us: Option<f64>| us.filter(|_| requests > 0).map(|us| us / requests as f64);
+    let cores = |us: Option<f64>| us.map(|us| us / 1e6 / seconds.max(f64::EPSILON));
+    let server = used(before.server, after.server);
+    let client = used(before.client, after.client);
+    let redis = used(before.redis, after.redis);
     BenchReport {
         target: args.target.clone(),
         descriptors: args.descriptors,
         keys: args.keys,
         distribution: format!("{:?}", args.distribution).to_lowercase(),
+        domain: args.domain.clone(),
+        key: args.key.clone(),
+        hits: args.hits,
+        rate: args.rate,
         connections: args.connections,
         concurrency: args.concurrency,
         duration_s: seconds,
@@ -404,9 +557,11 @@ fn summarize(
             max: h.max(),
             mean: h.mean(),
         },
-        server_cpu_us_per_request: cpu.filter(|_| requests > 0).map(|(before, after)| {
-            after.saturating_sub(before).as_secs_f64() * 1e6 / requests as f64
-        }),
+        server_cpu_us_per_request: per_request(server),
+        server_cores: cores(server),
+        client_cpu_us_per_request: per_request(client),
+        redis_cpu_us_per_request: per_request(redis),
+        redis_cores: cores(redis),
     }
 }
 
@@ -421,9 +576,19 @@ fn print_report(args: &BenchArgs, r: &BenchReport) {
             "latency µs: p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.1})",
             l.p50, l.p90, l.p99, l.p999, l.max, l.mean
         );
-        if let Some(cpu) = r.server_cpu_us_per_request {
-            println!("server CPU: {cpu:.2} µs per request");
-        }
+        let cpu = |name: &str, us: Option<f64>, cores: Option<f64>| {
+            if let Some(us) = us {
+                match cores {
+                    Some(cores) => {
+                        println!("{name} CPU: {us:.2} µs per request ({cores:.2} cores)")
+                    }
+                    None => println!("{name} CPU: {us:.2} µs per request"),
+                }
+            }
+        };
+        cpu("server", r.server_cpu_us_per_request, r.server_cores);
+        cpu("redis", r.redis_cpu_us_per_request, r.redis_cores);
+        cpu("load generator", r.client_cpu_us_per_request, None);
     }
     match serde_json::to_string(r) {
         Ok(line) => println!("{line}"),
@@ -475,6 +640,8 @@ mod tests {
             hits: 1,
             timeout: Duration::from_secs(1),
             server_pid: None,
+            redis_pid: None,
+            prefill: 0,
             json: true,
         };
         let space = KeySpace::new(&args).expect("valid zipf");

@@ -44,6 +44,10 @@ pub struct RequestLimits {
     pub max_entries: usize,
     /// For the domain and every key and value.
     pub max_value_bytes: usize,
+    /// Most hits one descriptor may add (its `hits_addend`, or the request's). A sliding log keeps
+    /// every hit (one sorted-set member each in Redis), so without a bound one request could ask
+    /// a client-chosen limit (a `RateLimitOverride`) for billions of hits and stall the store.
+    pub max_hits: u64,
 }
 
 impl Default for RequestLimits {
@@ -52,6 +56,7 @@ impl Default for RequestLimits {
             max_descriptors: 64,
             max_entries: 32,
             max_value_bytes: 4096,
+            max_hits: 4096,
         }
     }
 }
@@ -600,6 +605,15 @@ pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), Lim
                 "descriptors[{i}].is_negative_hits is not supported (hits cannot be returned to a sliding window)"
             ));
         }
+        let hits = descriptor
+            .hits_addend
+            .unwrap_or(request.hits_addend.max(1));
+        if hits > limits.max_hits {
+            return invalid(format!(
+                "descriptors[{i}] asks for {hits} hits (at most {} allowed)",
+                limits.max_hits
+            ));
+        }
     }
     Ok(())
 }
@@ -1002,6 +1016,7 @@ descriptors:
                 max_descriptors: 2,
                 max_entries: 2,
                 max_value_bytes: 8,
+                ..RequestLimits::default()
             },
             ..Options::default()
         });

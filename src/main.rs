@@ -111,6 +111,10 @@ struct ServeArgs {
     /// Longest domain, entry key or entry value, in bytes.
     #[arg(long, env = "SLIDEGATE_MAX_VALUE_BYTES", default_value_t = RequestLimits::default().max_value_bytes)]
     max_value_bytes: usize,
+    /// Most hits one descriptor may add (`hits_addend`, `x-ratelimit-hits`); more is refused as
+    /// invalid. A sliding log stores every hit, so this bounds the work one request can cause.
+    #[arg(long, env = "SLIDEGATE_MAX_HITS", default_value_t = RequestLimits::default().max_hits)]
+    max_hits: u64,
     /// Largest HTTP request body, in bytes (larger: 413).
     #[arg(long, env = "SLIDEGATE_MAX_BODY_BYTES", default_value_t = 64 * 1024)]
     max_body_bytes: usize,
@@ -256,6 +260,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_descriptors: args.max_descriptors,
             max_entries: args.max_entries,
             max_value_bytes: args.max_value_bytes,
+            max_hits: args.max_hits,
         },
     };
     let limiter = Arc::new(RateLimiter::new(live, store, options, Arc::clone(&metrics)));
@@ -383,6 +388,7 @@ fn log_effective_config(args: &ServeArgs) {
         max_descriptors = args.max_descriptors,
         max_entries = args.max_entries,
         max_value_bytes = args.max_value_bytes,
+        max_hits = args.max_hits,
         max_body_bytes = args.max_body_bytes,
         drain_timeout = ?args.drain_timeout,
         "starting slidegate"

@@ -69,6 +69,9 @@ pub(super) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigE
     let metadata =
         std::fs::metadata(path).map_err(|e| one_error(&shown, format!("cannot read: {e}")))?;
     if !metadata.is_dir() {
+        if !metadata.is_file() {
+            return Err(one_error(&shown, NOT_A_FILE));
+        }
         let text = read_text(path)?;
         return Ok(vec![(shown, text)]);
     }
@@ -79,11 +82,25 @@ pub(super) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigE
     for entry in entries {
         match entry {
             Ok(entry) => {
+                if !is_rule_file(&entry.file_name().to_string_lossy()) {
+                    continue;
+                }
                 let file = entry.path();
                 // `metadata` follows symlinks: Kubernetes mounts ConfigMap files as symlinks.
-                let is_file = std::fs::metadata(&file).is_ok_and(|m| m.is_file());
-                if is_file && is_rule_file(&entry.file_name().to_string_lossy()) {
-                    files.push(file);
+                // Subdirectories are skipped; anything else named like a rule file must be one: a
+                // dangling symlink or a FIFO is an error, not a domain that silently disappears
+                // (and a FIFO or device would block or never end a read).
+                match std::fs::metadata(&file) {
+                    Ok(m) if m.is_file() => files.push(file),
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => errors.push(ConfigError {
+                        file: file.display().to_string(),
+                        message: NOT_A_FILE.to_owned(),
+                    }),
+                    Err(e) => errors.push(ConfigError {
+                        file: file.display().to_string(),
+                        message: format!("cannot read: {e}"),
+                    }),
                 }
             }
             Err(e) => errors.push(ConfigError {
@@ -113,6 +130,10 @@ pub(super) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigE
         Err(ConfigErrors(errors))
     }
 }
+
+/// For a rule path that is a FIFO, socket or device: reading it could block forever (a FIFO with
+/// no writer) or never end (`/dev/zero`).
+const NOT_A_FILE: &str = "cannot read: not a regular file";
 
 /// `*.yaml` or `*.yml`, not hidden (editors' swap and backup files start with a dot).
 fn is_rule_file(name: &str) -> bool {

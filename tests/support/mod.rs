@@ -317,3 +317,214 @@ impl RedisCluster {
         self.nodes.iter().map(|n| n.command_calls(command)).sum()
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Added for tests/faults.rs and tests/hostile.rs: the slidegate binary as a process, a cluster
+// with replicas, process RSS and a dependency-free HTTP GET for polling.
+
+/// A running `slidegate serve` on free ports, its stderr in a log file; killed on drop.
+pub struct Slidegate {
+    pub grpc_port: u16,
+    pub http_port: u16,
+    pub process: KillOnDrop,
+    /// Holds the log file.
+    pub dir: tempfile::TempDir,
+}
+
+impl Slidegate {
+    /// Starts `slidegate serve --config CONFIG ARGS...` (SLIDEGATE_* and RUST_LOG removed from its
+    /// environment) and waits until both ports accept connections.
+    pub fn start(config: &std::path::Path, args: &[&str]) -> Slidegate {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (grpc_port, http_port) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.path().join("slidegate.log")).expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("SLIDEGATE_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .env_remove("RUST_LOG")
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let process = KillOnDrop(command.spawn().expect("spawn slidegate"));
+        let mut server = Slidegate {
+            grpc_port,
+            http_port,
+            process,
+            dir,
+        };
+        let up = wait_until(Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
+                && std::net::TcpStream::connect(("127.0.0.1", http_port)).is_ok()
+        });
+        if !up {
+            let exit = server.process.0.try_wait().ok().flatten();
+            panic!("slidegate did not start (exit {exit:?}):\n{}", server.log());
+        }
+        server
+    }
+
+    /// Everything slidegate wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("slidegate.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// `http://127.0.0.1:HTTP_PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.http_port)
+    }
+
+    /// `http://127.0.0.1:GRPC_PORT`.
+    pub fn grpc_uri(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+
+    /// A blocking `GET path` on the HTTP port: (status, body); (0, "") on a connection error.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.http_port, path)
+    }
+
+    /// Sends a signal by name (`TERM`, `HUP`, ...).
+    pub fn signal(&self, name: &str) {
+        send_signal(self.pid(), name);
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.process.0.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// The resident set size of the process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.pid()).expect("VmRSS of slidegate")
+    }
+}
+
+/// `kill -NAME PID`.
+pub fn send_signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// `VmRSS` of a process from `/proc/PID/status`, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// A minimal blocking HTTP/1.1 `GET` to 127.0.0.1:`port` (no client library, so it works inside
+/// `wait_until` on any thread): (status, body), or (0, "") on any error.
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let attempt = || -> std::io::Result<(u16, String)> {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw)?;
+        let text = String::from_utf8_lossy(&raw);
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    };
+    attempt().unwrap_or((0, String::new()))
+}
+
+impl RedisCluster {
+    /// Starts `masters * (1 + replicas)` cluster-enabled servers with a short
+    /// `cluster-node-timeout` (so a replica takes over quickly), joins them with
+    /// `redis-cli --cluster create ... --cluster-replicas N` (with `cluster-require-full-coverage
+    /// no`, so other masters keep serving during a failover) and waits until every node reports
+    /// `cluster_state:ok` and every replica's link to its master is up.
+    pub fn start_with_replicas(
+        masters: usize,
+        replicas: usize,
+        node_timeout_ms: u64,
+    ) -> Option<RedisCluster> {
+        require_program("redis-cli")?;
+        let mut nodes = Vec::new();
+        for _ in 0..masters * (1 + replicas) {
+            let port = free_port();
+            let conf = format!("nodes-{port}.conf");
+            let server = RedisServer::spawn(
+                &[
+                    "--port",
+                    &port.to_string(),
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    &node_timeout_ms.to_string(),
+                    // The other masters keep serving while a failed one's slots are uncovered.
+                    "--cluster-require-full-coverage",
+                    "no",
+                ],
+                port,
+            )?;
+            nodes.push(server);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ok = wait_until(Duration::from_secs(30), || {
+            nodes.iter().all(|n| {
+                let info = n.cli(&["CLUSTER", "INFO"]);
+                let repl = n.cli(&["INFO", "replication"]);
+                info.contains("cluster_state:ok")
+                    && (repl.contains("role:master") || repl.contains("master_link_status:up"))
+            })
+        });
+        assert!(ok, "cluster with replicas did not become ready");
+        Some(RedisCluster { nodes })
+    }
+}

@@ -1,0 +1,269 @@
+//! Criterion micro-benchmarks of the hot path, without any network: descriptor matching, counter
+//! key encoding, the memory store's decision, the deny cache, and one whole limiter call.
+//!
+//! `cargo bench --bench micro` (or `scripts/bench --only micro`); results and their reading are in
+//! BENCHMARKS.md. Groups:
+//!
+//! - `matching`: one descriptor against 10 and 10 000 rules. The tree is a map per level, so the
+//!   two must cost the same.
+//! - `key`: encoding a counter identity (`CounterKey::new`), plain and with escaping.
+//! - `memory_store`: one decision on a fresh or busy counter, and on logs of 10..100 000 hits
+//!   (decisions per second per core = 1 / time per decision).
+//! - `deny_cache`: the Redis store's local check, a miss (the common case) and a hit.
+//! - `limiter`: a whole `should_rate_limit` with the memory store (1 and 4 descriptors), and the
+//!   gRPC message conversions around it.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+use slidegate::config::{RuleSet, load_sources};
+use slidegate::limiter::{Options, RateLimiter};
+use slidegate::metrics::Metrics;
+use slidegate::service::grpc::{from_proto, to_proto};
+use slidegate::store::redis::DenyCache;
+use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore};
+
+const START: Duration = Duration::from_secs(1_700_000_000);
+
+/// A domain with `n` exact-value rules under `route`, a key-only `client` rule, and a two-level
+/// `user`/`path` rule.
+fn rules(n: usize) -> RuleSet {
+    let mut yaml = String::from(
+        "domain: bench\ndescriptors:\n  - key: client\n    rate_limit: { unit: second, requests_per_unit: 100 }\n  - key: user\n    descriptors:\n      - key: path\n        rate_limit: { unit: minute, requests_per_unit: 60 }\n",
+    );
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - key: route\n    value: /r{i}\n    rate_limit: {{ unit: second, requests_per_unit: 100 }}\n"
+        ));
+    }
+    load_sources(&[("bench.yaml".to_string(), yaml)])
+        .unwrap_or_else(|e| panic!("bench rules do not load: {e}"))
+}
+
+fn matching(c: &mut Criterion) {
+    let mut group = c.benchmark_group("matching");
+    for n in [10usize, 10_000] {
+        let set = rules(n);
+        let domain = set.domain("bench").expect("domain bench");
+        let route = format!("/r{}", n / 2);
+        let cases: [(&str, Vec<(&str, &str)>); 4] = [
+            ("exact", vec![("route", route.as_str())]),
+            ("key_only", vec![("client", "10.1.2.3")]),
+            ("two_levels", vec![("user", "alice"), ("path", "/login")]),
+            ("no_match", vec![("route", "/nowhere")]),
+        ];
+        for (name, entries) in &cases {
+            group.bench_with_input(
+                BenchmarkId::new(*name, format!("{n}_rules")),
+                entries,
+                |b, entries| b.iter(|| black_box(domain.match_entries(black_box(entries)))),
+            );
+        }
+    }
+    group.finish();
+}
+
+fn key(c: &mut Criterion) {
+    let mut group = c.benchmark_group("key");
+    let window = Duration::from_secs(1);
+    group.bench_function("plain_1_entry", |b| {
+        b.iter(|| CounterKey::new(black_box("bench"), [("client", black_box("0-4711"))], window))
+    });
+    group.bench_function("plain_2_entries", |b| {
+        b.iter(|| {
+            CounterKey::new(
+                black_box("edge"),
+                [
+                    ("user_id", black_box("alice")),
+                    ("path", black_box("/api/v1/orders")),
+                ],
+                window,
+            )
+        })
+    });
+    group.bench_function("escaped", |b| {
+        b.iter(|| {
+            CounterKey::new(
+                black_box("edge"),
+                [("remote_address", black_box("2001:db8::1 {x}"))],
+                window,
+            )
+        })
+    });
+    group.finish();
+}
+
+fn counter(key: CounterKey, limit: u64, window: Duration) -> Counter {
+    Counter {
+        key,
+        limit,
+        window,
+        hits: 1,
+        shadow: false,
+    }
+}
+
+fn memory_store(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_store");
+    group.throughput(Throughput::Elements(1));
+    let second = Duration::from_secs(1);
+
+    // 10 000 counters, drawn in turn, each a few hits deep, always allowed: the steady state of
+    // the end-to-end benchmark.
+    {
+        let clock = Arc::new(ManualClock::new(START));
+        let store = MemoryStore::new(clock.clone());
+        let counters: Vec<Counter> = (0..10_000)
+            .map(|i| {
+                let key = CounterKey::new("bench", [("client", format!("0-{i}").as_str())], second);
+                counter(key, 1_000, second)
+            })
+            .collect();
+        let mut i = 0;
+        group.bench_function("decide_10k_counters", |b| {
+            b.iter(|| {
+                clock.advance(Duration::from_micros(1));
+                i = (i + 7919) % counters.len();
+                black_box(store.decide_now(std::slice::from_ref(&counters[i])))
+            })
+        });
+    }
+
+    // Four counters of one request (four descriptors), across shards.
+    {
+        let clock = Arc::new(ManualClock::new(START));
+        let store = MemoryStore::new(clock.clone());
+        let requests: Vec<Vec<Counter>> = (0..10_000)
+            .map(|i| {
+                (0..4)
+                    .map(|p| {
+                        let value = format!("{p}-{i}");
+                        let key = CounterKey::new("bench", [("client", value.as_str())], second);
+                        counter(key, 1_000, second)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut i = 0;
+        group.bench_function("decide_4_counters", |b| {
+            b.iter(|| {
+                clock.advance(Duration::from_micros(1));
+                i = (i + 7919) % requests.len();
+                black_box(store.decide_now(&requests[i]))
+            })
+        });
+    }
+
+    // One counter whose log holds `limit` hits (a full sliding window, one hit expiring and one
+    // admitted per decision): cost against the log length.
+    for limit in [10u64, 1_000, 100_000] {
+        let clock = Arc::new(ManualClock::new(START));
+        let store = MemoryStore::new(clock.clone());
+        let window = Duration::from_secs(10);
+        let c = counter(
+            CounterKey::new("bench", [("client", "hot")], window),
+            limit,
+            window,
+        );
+        let step = window / u32::try_from(limit).expect("small limit");
+        for _ in 0..limit {
+            store.decide_now(std::slice::from_ref(&c));
+            clock.advance(step);
+        }
+        group.bench_with_input(BenchmarkId::new("full_log", limit), &c, |b, c| {
+            b.iter(|| {
+                clock.advance(step);
+                black_box(store.decide_now(std::slice::from_ref(c)))
+            })
+        });
+        // Denied on a full log (no time passes): the answer needs when the oldest hit leaves.
+        group.bench_with_input(BenchmarkId::new("full_log_denied", limit), &c, |b, c| {
+            b.iter(|| black_box(store.decide_now(std::slice::from_ref(c))))
+        });
+    }
+    group.finish();
+}
+
+fn deny_cache(c: &mut Criterion) {
+    let mut group = c.benchmark_group("deny_cache");
+    let cache = DenyCache::new(100_000);
+    let now = Instant::now();
+    let keys: Vec<CounterKey> = (0..10_000)
+        .map(|i| CounterKey::new("bench", [("client", format!("0-{i}").as_str())], Duration::from_secs(1)))
+        .collect();
+    for k in keys.iter().step_by(2) {
+        cache.insert(k, 100, now + Duration::from_secs(3600), now);
+    }
+    group.bench_function("miss", |b| {
+        b.iter(|| black_box(cache.denied_for(&keys[1], 100, now)))
+    });
+    group.bench_function("hit", |b| {
+        b.iter(|| black_box(cache.denied_for(&keys[0], 100, now)))
+    });
+    group.finish();
+}
+
+fn proto_request(descriptors: usize, i: usize) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "bench".to_string(),
+        descriptors: (0..descriptors)
+            .map(|p| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "client".to_string(),
+                    value: format!("{p}-{i}"),
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 1,
+    }
+}
+
+fn limiter(c: &mut Criterion) {
+    let mut group = c.benchmark_group("limiter");
+    group.throughput(Throughput::Elements(1));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    for descriptors in [1usize, 4] {
+        let clock = Arc::new(ManualClock::new(START));
+        let store = Arc::new(MemoryStore::new(clock.clone()));
+        let limiter = RateLimiter::new(
+            Arc::new(ArcSwap::from_pointee(rules(10))),
+            store,
+            Options {
+                response_headers: true,
+                ..Options::default()
+            },
+            Arc::new(Metrics::new()),
+        );
+        let requests: Vec<RateLimitRequest> = (0..10_000)
+            .map(|i| proto_request(descriptors, i))
+            .collect();
+        let mut i = 0;
+        // Proto in, proto out: what one gRPC call costs above the transport.
+        group.bench_function(BenchmarkId::new("grpc_call", descriptors), |b| {
+            b.iter(|| {
+                clock.advance(Duration::from_micros(1));
+                i = (i + 7919) % requests.len();
+                let request = from_proto(&requests[i]);
+                let response = runtime.block_on(limiter.should_rate_limit(&request));
+                black_box(response.map(to_proto).ok())
+            })
+        });
+        group.bench_function(BenchmarkId::new("from_proto", descriptors), |b| {
+            b.iter(|| black_box(from_proto(black_box(&requests[1]))))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matching, key, memory_store, deny_cache, limiter);
+criterion_main!(benches);
