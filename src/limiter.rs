@@ -605,9 +605,7 @@ pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), Lim
                 "descriptors[{i}].is_negative_hits is not supported (hits cannot be returned to a sliding window)"
             ));
         }
-        let hits = descriptor
-            .hits_addend
-            .unwrap_or(request.hits_addend.max(1));
+        let hits = descriptor.hits_addend.unwrap_or(request.hits_addend.max(1));
         if hits > limits.max_hits {
             return invalid(format!(
                 "descriptors[{i}] asks for {hits} hits (at most {} allowed)",

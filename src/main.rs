@@ -136,6 +136,12 @@ enum LogFormat {
     Json,
 }
 
+/// mimalloc instead of the system allocator: gRPC over HTTP/2 allocates and frees many small
+/// buffers per call on every worker thread, and glibc's per-thread arenas spend a measurable part
+/// of each request in `malloc`/`free` and in `mprotect`/`madvise` (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

@@ -18,9 +18,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use support::{
-    RedisCluster, RedisServer, Slidegate, http_get, send_signal, wait_until,
-};
+use support::{RedisCluster, RedisServer, Slidegate, http_get, send_signal, wait_until};
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -178,7 +176,9 @@ fn metric(text: &str, series: &str) -> f64 {
         .filter(|l| !l.starts_with('#'))
         .find_map(|l| {
             let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse::<f64>().ok()).flatten()
+            (name == series)
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
         })
         .unwrap_or(0.0)
 }
@@ -192,7 +192,12 @@ fn metrics(server: &Slidegate) -> String {
 fn store_errors(text: &str) -> f64 {
     ["timeout", "connection", "backend"]
         .iter()
-        .map(|k| metric(text, &format!(r#"slidegate_store_errors_total{{kind="{k}"}}"#)))
+        .map(|k| {
+            metric(
+                text,
+                &format!(r#"slidegate_store_errors_total{{kind="{k}"}}"#),
+            )
+        })
         .sum()
 }
 
@@ -293,7 +298,8 @@ async fn redis_killed_under_load_then_back_on_the_same_port() {
     // The HTTP transports answer by the failure mode too.
     let http = reqwest::Client::new();
     for (mode, server) in modes.iter().zip(&servers) {
-        let body = r#"{"domain":"faults","descriptors":[{"entries":[{"key":"user","value":"http"}]}]}"#;
+        let body =
+            r#"{"domain":"faults","descriptors":[{"entries":[{"key":"user","value":"http"}]}]}"#;
         let json = http
             .post(server.url("/json"))
             .body(body)
@@ -336,10 +342,7 @@ async fn redis_killed_under_load_then_back_on_the_same_port() {
     for ((mode, server), run) in modes.iter().zip(&servers).zip(runs) {
         let samples = run.await.expect("load");
         let log = server.log();
-        assert!(
-            server_alive(server),
-            "slidegate ({mode}) died:\n{log}"
-        );
+        assert!(server_alive(server), "slidegate ({mode}) died:\n{log}");
         let mut failures = 0;
         let mut first_back: Option<Instant> = None;
         for s in &samples {
@@ -392,7 +395,8 @@ async fn redis_killed_under_load_then_back_on_the_same_port() {
 }
 
 fn server_alive(server: &Slidegate) -> bool {
-    Path::new(&format!("/proc/{}", server.pid())).exists() && http_get(server.http_port, "/healthcheck").0 != 0
+    Path::new(&format!("/proc/{}", server.pid())).exists()
+        && http_get(server.http_port, "/healthcheck").0 != 0
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -464,7 +468,11 @@ async fn redis_frozen_calls_time_out_and_memory_stays_flat() {
         samples.len()
     );
     assert!(samples.len() >= 500, "only {} calls", samples.len());
-    assert!(timed_out * 2 >= samples.len(), "{timed_out} of {}", samples.len());
+    assert!(
+        timed_out * 2 >= samples.len(),
+        "{timed_out} of {}",
+        samples.len()
+    );
     assert!(
         rss_max < rss_early + 8 * 1024,
         "RSS grew from {rss_early} KiB to {rss_max} KiB while Redis was frozen"
@@ -598,7 +606,8 @@ async fn redis_cluster_master_killed_replica_promoted() {
     let replica_synced = wait_until(Duration::from_secs(5), || {
         cluster.nodes.iter().any(|n| {
             n.port != victim_port
-                && n.cli(&["INFO", "replication"]).contains(&format!("master_port:{victim_port}"))
+                && n.cli(&["INFO", "replication"])
+                    .contains(&format!("master_port:{victim_port}"))
                 && n.cli(&["DBSIZE"]) != "0"
         })
     });
@@ -659,7 +668,10 @@ async fn redis_cluster_master_killed_replica_promoted() {
     assert!(after < Duration::from_secs(15), "recovered after {after:?}");
     // The replica that took over is a master now, and not the killed node.
     let (new_port, new_id) = master_of(&cluster, &cluster.nodes[0], &user_key(&victim_value));
-    assert_ne!((new_port, new_id.as_str()), (victim_port, victim_id.as_str()));
+    assert_ne!(
+        (new_port, new_id.as_str()),
+        (victim_port, victim_id.as_str())
+    );
     // 5 hits before the failover and this one: the promoted replica kept the counter.
     assert_eq!(response.statuses[0].limit_remaining, 100_000 - 6);
     // The other master was never down: every call answered in time and decided by Redis (the
@@ -710,7 +722,11 @@ async fn old_rules_still_serve(client: &mut RateLimitServiceClient<Channel>, wha
         .expect("call")
         .into_inner();
     let limit = r.statuses[0].current_limit.as_ref().expect("a limit");
-    assert_eq!((limit.name.as_str(), limit.requests_per_unit), ("per_user", 100_000), "after {what}");
+    assert_eq!(
+        (limit.name.as_str(), limit.requests_per_unit),
+        ("per_user", 100_000),
+        "after {what}"
+    );
 }
 
 /// Replaces `path` (whatever it is now) by `make`.
@@ -830,7 +846,10 @@ async fn reload_faults(config: &Path, file: &Path) -> Slidegate {
         assert_eq!(server.get("/rlconfig"), rlconfig, "{what}");
         let m = metrics(&server);
         assert_eq!(metric(&m, "slidegate_rules_loaded"), rules_loaded, "{what}");
-        assert!(healthy(&server), "{what}: health must not depend on a bad reload");
+        assert!(
+            healthy(&server),
+            "{what}: health must not depend on a bad reload"
+        );
         // Logged with the file and the reason.
         let log = server.log();
         let new = &log[log_before..];
@@ -848,7 +867,10 @@ async fn reload_faults(config: &Path, file: &Path) -> Slidegate {
         // SIGHUP re-reads the broken file: another failure, counted and survived.
         server.signal("HUP");
         failures += 1;
-        assert!(wait_failures(&server, failures), "{what}: SIGHUP not counted");
+        assert!(
+            wait_failures(&server, failures),
+            "{what}: SIGHUP not counted"
+        );
         old_rules_still_serve(&mut client, what).await;
 
         // Put the good file back (a reload of the same rules may or may not be counted).
@@ -971,7 +993,12 @@ async fn sigterm_under_load_answers_every_call_in_flight() {
 
     for (i, call) in grpc_calls.into_iter().enumerate() {
         let answer = call.await.expect("task");
-        assert_eq!(answer, Answer::Store(Code::Ok), "gRPC call {i}\n{}", server.log());
+        assert_eq!(
+            answer,
+            Answer::Store(Code::Ok),
+            "gRPC call {i}\n{}",
+            server.log()
+        );
     }
     for (i, call) in json_calls.into_iter().enumerate() {
         assert_eq!(call.await.expect("task"), 200, "/json call {i}");

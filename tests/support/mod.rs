@@ -335,6 +335,15 @@ impl Slidegate {
     /// Starts `slidegate serve --config CONFIG ARGS...` (SLIDEGATE_* and RUST_LOG removed from its
     /// environment) and waits until both ports accept connections.
     pub fn start(config: &std::path::Path, args: &[&str]) -> Slidegate {
+        Self::start_with_env(config, args, &[])
+    }
+
+    /// As [`Slidegate::start`], with extra environment variables (e.g. `MALLOC_ARENA_MAX`).
+    pub fn start_with_env(
+        config: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Slidegate {
         let dir = tempfile::tempdir().expect("tempdir");
         let (grpc_port, http_port) = (free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("slidegate.log")).expect("log file");
@@ -352,6 +361,7 @@ impl Slidegate {
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
