@@ -566,32 +566,41 @@ fn summarize(
 }
 
 fn print_report(args: &BenchArgs, r: &BenchReport) {
+    use std::io::Write as _;
+    // A closed pipe (`| head`) is not worth a panic: ignore write errors.
+    let mut out = std::io::stdout().lock();
     if !args.json {
-        println!(
+        let _ = writeln!(
+            out,
             "{} requests in {:.2}s: {:.0} req/s ({} allowed, {} denied, {} errors)",
             r.requests, r.duration_s, r.throughput_rps, r.allowed, r.denied, r.errors
         );
         let l = &r.latency_us;
-        println!(
+        let _ = writeln!(
+            out,
             "latency µs: p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.1})",
             l.p50, l.p90, l.p99, l.p999, l.max, l.mean
         );
-        let cpu = |name: &str, us: Option<f64>, cores: Option<f64>| {
-            if let Some(us) = us {
-                match cores {
-                    Some(cores) => {
-                        println!("{name} CPU: {us:.2} µs per request ({cores:.2} cores)")
-                    }
-                    None => println!("{name} CPU: {us:.2} µs per request"),
-                }
-            }
-        };
-        cpu("server", r.server_cpu_us_per_request, r.server_cores);
-        cpu("redis", r.redis_cpu_us_per_request, r.redis_cores);
-        cpu("load generator", r.client_cpu_us_per_request, None);
+        let cpu = [
+            ("server", r.server_cpu_us_per_request, r.server_cores),
+            ("redis", r.redis_cpu_us_per_request, r.redis_cores),
+            ("load generator", r.client_cpu_us_per_request, None),
+        ];
+        for (name, us, cores) in cpu {
+            let Some(us) = us else { continue };
+            let _ = match cores {
+                Some(cores) => writeln!(
+                    out,
+                    "{name} CPU: {us:.2} µs per request ({cores:.2} cores)"
+                ),
+                None => writeln!(out, "{name} CPU: {us:.2} µs per request"),
+            };
+        }
     }
     match serde_json::to_string(r) {
-        Ok(line) => println!("{line}"),
+        Ok(line) => {
+            let _ = writeln!(out, "{line}");
+        }
         Err(e) => eprintln!("cannot encode report: {e}"),
     }
 }

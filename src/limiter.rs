@@ -27,6 +27,7 @@
 //! `limit_remaining` 0 and no reset; no response headers are added.
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -667,11 +668,17 @@ fn headers(
     descriptor_counters: &[Counter],
     denied: bool,
 ) -> Vec<(&'static str, String)> {
-    let policy = descriptor_counters
-        .iter()
-        .map(|c| format!("{};w={}", c.limit, ceil_secs(c.window)))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut policy = String::with_capacity(16 * descriptor_counters.len());
+    for (i, c) in descriptor_counters.iter().enumerate() {
+        // Writing to a String cannot fail.
+        let _ = write!(
+            policy,
+            "{}{};w={}",
+            if i > 0 { ", " } else { "" },
+            c.limit,
+            ceil_secs(c.window)
+        );
+    }
     let reset = ceil_secs(result.reset_after);
     let mut headers = vec![
         ("ratelimit-limit", counter.limit.to_string()),

@@ -276,15 +276,12 @@ impl RedisStore {
         if let Some(decision) = self.cached_deny(counters, sent) {
             return Ok(decision);
         }
-        let keys: Vec<String> = counters.iter().map(|c| self.redis_key(&c.key)).collect();
         let id = self.ids.next();
-        let call = script::invocation(keys.iter().map(String::as_str), counters, &id);
-        let reply: Vec<i64> = call
-            .invoke_async(&mut conn.clone())
+        let cmd = script::command(&self.prefix, counters.iter(), &id);
+        let reply = script::run(&mut conn.clone(), &cmd)
             .await
             .map_err(|e| self.error(e))?;
-        let all: Vec<&Counter> = counters.iter().collect();
-        let reply = script::parse(&reply, &all)?;
+        let reply = script::parse(&reply, counters)?;
         if let Some(cache) = &self.deny_cache {
             for (c, r) in counters.iter().zip(&reply.counters) {
                 if let (false, Some(wait)) = (c.shadow, r.one_hit_fits_in) {
@@ -355,12 +352,8 @@ impl RedisStore {
         let groups = group_by_slot(&keys);
         let calls = groups.iter().map(|group| {
             let mut conn = conn.clone();
-            let call = script::invocation(
-                group.iter().map(|&i| keys[i].as_str()),
-                group.iter().map(|&i| &counters[i]),
-                &id,
-            );
-            async move { call.invoke_async::<Vec<i64>>(&mut conn).await }
+            let cmd = script::command(&self.prefix, group.iter().map(|&i| &counters[i]), &id);
+            async move { script::run(&mut conn, &cmd).await }
         });
         let answers = join_all(calls).await;
 
@@ -370,10 +363,9 @@ impl RedisStore {
         // Counters whose hits were recorded by an allowing group: what to take back on a deny.
         let mut recorded: Vec<usize> = Vec::new();
         for (group, answer) in groups.iter().zip(answers) {
-            let members: Vec<&Counter> = group.iter().map(|&i| &counters[i]).collect();
             let reply: Result<Reply, StoreError> = answer
                 .map_err(|e| self.error(e))
-                .and_then(|r| script::parse(&r, &members));
+                .and_then(|r| script::parse(&r, group.iter().map(|&i| &counters[i])));
             match reply {
                 Ok(reply) => {
                     allowed &= reply.allowed;

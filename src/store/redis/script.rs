@@ -88,24 +88,58 @@ pub fn members(id: &str, hits: u64) -> Vec<String> {
         .collect()
 }
 
-/// The script call for some counters of one request (all of them on one slot in a cluster).
-pub fn invocation<'a>(
-    keys: impl IntoIterator<Item = &'a str>,
-    counters: impl IntoIterator<Item = &'a Counter>,
+/// The `EVALSHA` call for some counters of one request (all of them on one slot in a cluster).
+///
+/// Built straight into one [`::redis::Cmd`] buffer: each key is written as `prefix + key` without
+/// an intermediate `String`, and the script text is never part of a request (only its SHA; see
+/// [`run`] for the `NOSCRIPT` case).
+pub fn command<'a>(
+    prefix: &str,
+    counters: impl ExactSizeIterator<Item = &'a Counter> + Clone,
     id: &str,
-) -> ::redis::ScriptInvocation<'static> {
-    let mut call = SCRIPT.prepare_invoke();
-    for key in keys {
-        call.key(key);
+) -> ::redis::Cmd {
+    let n = counters.len();
+    let mut cmd = ::redis::Cmd::with_capacity(4 + 5 * n, 64 + 64 * n);
+    cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(n);
+    for c in counters.clone() {
+        cmd.arg(PrefixedKey(prefix, c.key.as_str()));
     }
-    call.arg(id);
+    cmd.arg(id);
     for c in counters {
-        call.arg(c.limit.min(LUA_MAX))
+        cmd.arg(c.limit.min(LUA_MAX))
             .arg(window_micros(c.window))
             .arg(c.hits.min(LUA_MAX))
             .arg(if c.shadow { "1" } else { "0" });
     }
-    call
+    cmd
+}
+
+/// Runs a [`command`]; on `NOSCRIPT` (a restarted or new server) loads the script and retries
+/// once, as redis-rs's `Script::invoke_async` does.
+pub async fn run<C: ::redis::aio::ConnectionLike>(
+    conn: &mut C,
+    cmd: &::redis::Cmd,
+) -> ::redis::RedisResult<Vec<i64>> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
+            SCRIPT.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// A Redis key written as prefix and counter key into one argument.
+struct PrefixedKey<'a>(&'a str, &'a str);
+
+impl ::redis::ToRedisArgs for PrefixedKey<'_> {
+    fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let mut arg = out.writer_for_next_arg();
+        // Writing to the command's in-memory buffer cannot fail.
+        let _ = arg.write_all(self.0.as_bytes());
+        let _ = arg.write_all(self.1.as_bytes());
+    }
 }
 
 pub fn window_micros(window: Duration) -> u64 {
@@ -130,8 +164,13 @@ pub struct Reply {
     pub counters: Vec<Reported>,
 }
 
-/// Reads `{allowed, now, (over, count, reset_after_us, reset1_us)*}`.
-pub fn parse(reply: &[i64], counters: &[&Counter]) -> Result<Reply, StoreError> {
+/// Reads `{allowed, now, (over, count, reset_after_us, reset1_us)*}` for `counters`, in order.
+pub fn parse<'c, I>(reply: &[i64], counters: I) -> Result<Reply, StoreError>
+where
+    I: IntoIterator<Item = &'c Counter>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let counters = counters.into_iter();
     let expected = 2 + 4 * counters.len();
     if reply.len() != expected {
         return Err(StoreError::Backend(format!(
@@ -207,13 +246,13 @@ mod tests {
             hits: 1,
             shadow: false,
         };
-        let reply = parse(&[0, 1, 1, 5, 300, 250], &[&c]).expect("parse");
+        let reply = parse(&[0, 1, 1, 5, 300, 250], [&c]).expect("parse");
         assert!(!reply.allowed);
         assert_eq!(reply.counters[0].result.remaining, 0);
         assert_eq!(
             reply.counters[0].one_hit_fits_in,
             Some(Duration::from_micros(250))
         );
-        assert!(parse(&[1, 1], &[&c]).is_err());
+        assert!(parse(&[1, 1], [&c]).is_err());
     }
 }
