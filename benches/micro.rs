@@ -74,7 +74,13 @@ fn key(c: &mut Criterion) {
     let mut group = c.benchmark_group("key");
     let window = Duration::from_secs(1);
     group.bench_function("plain_1_entry", |b| {
-        b.iter(|| CounterKey::new(black_box("bench"), [("client", black_box("0-4711"))], window))
+        b.iter(|| {
+            CounterKey::new(
+                black_box("bench"),
+                [("client", black_box("0-4711"))],
+                window,
+            )
+        })
     });
     group.bench_function("plain_2_entries", |b| {
         b.iter(|| {
@@ -196,7 +202,13 @@ fn deny_cache(c: &mut Criterion) {
     let cache = DenyCache::new(100_000);
     let now = Instant::now();
     let keys: Vec<CounterKey> = (0..10_000)
-        .map(|i| CounterKey::new("bench", [("client", format!("0-{i}").as_str())], Duration::from_secs(1)))
+        .map(|i| {
+            CounterKey::new(
+                "bench",
+                [("client", format!("0-{i}").as_str())],
+                Duration::from_secs(1),
+            )
+        })
         .collect();
     for k in keys.iter().step_by(2) {
         cache.insert(k, 100, now + Duration::from_secs(3600), now);
@@ -244,9 +256,8 @@ fn limiter(c: &mut Criterion) {
             },
             Arc::new(Metrics::new()),
         );
-        let requests: Vec<RateLimitRequest> = (0..10_000)
-            .map(|i| proto_request(descriptors, i))
-            .collect();
+        let requests: Vec<RateLimitRequest> =
+            (0..10_000).map(|i| proto_request(descriptors, i)).collect();
         let mut i = 0;
         // Proto in, proto out: what one gRPC call costs above the transport.
         group.bench_function(BenchmarkId::new("grpc_call", descriptors), |b| {

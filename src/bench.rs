@@ -387,13 +387,9 @@ impl Worker {
     fn request(&mut self) -> RateLimitRequest {
         let keys = &self.keys;
         let rng = &mut self.rng;
-        build_request(
-            &self.domain,
-            &self.key,
-            self.descriptors,
-            self.hits,
-            |_| keys.sample(rng),
-        )
+        build_request(&self.domain, &self.key, self.descriptors, self.hits, |_| {
+            keys.sample(rng)
+        })
     }
 }
 
@@ -589,10 +585,9 @@ fn print_report(args: &BenchArgs, r: &BenchReport) {
         for (name, us, cores) in cpu {
             let Some(us) = us else { continue };
             let _ = match cores {
-                Some(cores) => writeln!(
-                    out,
-                    "{name} CPU: {us:.2} µs per request ({cores:.2} cores)"
-                ),
+                Some(cores) => {
+                    writeln!(out, "{name} CPU: {us:.2} µs per request ({cores:.2} cores)")
+                }
                 None => writeln!(out, "{name} CPU: {us:.2} µs per request"),
             };
         }
