@@ -275,7 +275,7 @@ fn yaml_loader_survives_structured_nonsense() {
 }
 
 /// Pathological YAML: an alias bomb ("billion laughs"), 10 000 nested brackets, 2 000 nested
-/// descriptor levels, one huge line. Each is answered (an error or rules) within seconds, without
+/// descriptor levels, one huge line. Each is answered (an error or rules) within 30 s even on a loaded machine, without
 /// a stack overflow or memory blow-up. (The YAML parser takes time quadratic in the nesting depth
 /// of flow collections: 10 000 brackets take about 0.7 s in a debug build, 100 000 about 50 s;
 /// see OPERATIONS.md. A reload runs off the serving path and keeps the old rules meanwhile.)
@@ -324,7 +324,7 @@ fn yaml_loader_survives_bombs_and_depth() {
             result.as_ref().map_err(|e| &e[..e.len().min(200)]),
             started.elapsed()
         );
-        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{what}");
         if let Err(message) = result {
             assert!(message.starts_with("bomb.yaml: "), "{what}: {message}");
         }
