@@ -5,8 +5,10 @@
 //! request on that counter is denied until then, and asking Redis again is wasted work. The store
 //! remembers `t0 + d` per counter, where `t0` is the local [`Instant`] taken *before* the request
 //! was sent (Redis decided after `t0`, so the remembered instant is never later than the truth),
-//! and denies such requests locally until then: under a flood on an exhausted key, about one Redis
-//! call per reset instead of one per request.
+//! and denies such requests locally until then. When that instant passes, the first request to
+//! notice asks Redis and the others wait for its answer (single flight), so a flood on an exhausted
+//! key costs about one Redis call per reset instead of one per request (or one per request in
+//! flight at the moment of the reset).
 //!
 //! Only enforced counters are cached (a shadow counter never denies). The entry is keyed by counter
 //! key *and* limit, so a reload that raises a limit does not keep the old answer. It is exact only
@@ -21,13 +23,50 @@ use std::hash::{BuildHasher, RandomState};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
 use crate::store::CounterKey;
 
 const SHARDS: usize = 16;
 
-/// (counter key, limit) → instant before which one hit cannot fit.
-type Entries = HashMap<(CounterKey, u64), Instant>;
+/// What the cache holds for one counter.
+enum Slot {
+    /// One hit cannot fit before this instant.
+    DeniedUntil(Instant),
+    /// The deny expired and one request is asking Redis again; the others wait for its answer
+    /// instead of all asking at once (single flight). The sender lives in that request's
+    /// [`Refresh`]: when it is dropped (answer stored, error, or the request cancelled), the
+    /// receivers wake.
+    Refreshing(watch::Receiver<()>),
+}
+
+/// (counter key, limit) → slot.
+type Entries = HashMap<(CounterKey, u64), Slot>;
+
+/// What a request should do about one counter.
+pub enum Lookup {
+    /// Nothing known: ask Redis.
+    Miss,
+    /// Full for this long: deny locally.
+    Denied(Duration),
+    /// Another request is refreshing this counter: wait until it is done, then look again.
+    Wait(watch::Receiver<()>),
+    /// The deny just expired and this request refreshes it: ask Redis, store the answer with
+    /// [`DenyCache::insert`] or [`DenyCache::settle`], then drop the [`Refresh`].
+    Lead(Refresh),
+}
+
+/// Held by the one request that refreshes an expired deny; dropping it wakes the waiters.
+pub struct Refresh {
+    done: watch::Sender<()>,
+}
+
+impl Refresh {
+    /// Requests waiting for this refresh (each holds a receiver; the slot holds one more).
+    pub fn waiters(&self) -> usize {
+        self.done.receiver_count().saturating_sub(1)
+    }
+}
 
 /// Counter key and limit → instant before which one hit cannot fit.
 pub struct DenyCache {
@@ -46,20 +85,36 @@ impl DenyCache {
         }
     }
 
-    /// The time left until one hit fits, if the counter is known to be full at `now`.
-    pub fn denied_for(&self, key: &CounterKey, limit: u64, now: Instant) -> Option<Duration> {
+    /// What to do about a counter at `now`. Only counters that were denied before are in the
+    /// cache, so a counter that is not full costs one map lookup and nothing else.
+    pub fn lookup(&self, key: &CounterKey, limit: u64, now: Instant) -> Lookup {
         let id = (key.clone(), limit);
         let mut shard = self.shard(&id).lock();
-        let until = *shard.get(&id)?;
-        if until > now {
-            Some(until - now)
-        } else {
-            shard.remove(&id);
-            None
+        let Some(slot) = shard.get_mut(&id) else {
+            return Lookup::Miss;
+        };
+        match slot {
+            Slot::DeniedUntil(until) if *until > now => Lookup::Denied(*until - now),
+            // A refresh in flight, its leader still alive: wait for it.
+            Slot::Refreshing(done) if done.has_changed().is_ok() => Lookup::Wait(done.clone()),
+            // Expired, or the leader went away without an answer: this request leads.
+            _ => {
+                let (tx, rx) = watch::channel(());
+                *slot = Slot::Refreshing(rx);
+                Lookup::Lead(Refresh { done: tx })
+            }
         }
     }
 
-    /// Remembers that one hit cannot fit before `until`.
+    /// The time left until one hit fits, if the counter is known to be full at `now`.
+    pub fn denied_for(&self, key: &CounterKey, limit: u64, now: Instant) -> Option<Duration> {
+        match self.lookup(key, limit, now) {
+            Lookup::Denied(wait) => Some(wait),
+            _ => None,
+        }
+    }
+
+    /// Remembers that one hit cannot fit before `until` (replacing a refresh in flight).
     pub fn insert(&self, key: &CounterKey, limit: u64, until: Instant, now: Instant) {
         if until <= now {
             return;
@@ -67,12 +122,27 @@ impl DenyCache {
         let id = (key.clone(), limit);
         let mut shard = self.shard(&id).lock();
         if shard.len() >= self.per_shard && !shard.contains_key(&id) {
-            shard.retain(|_, until| *until > now);
+            shard.retain(|_, slot| !matches!(slot, Slot::DeniedUntil(until) if *until <= now));
             if shard.len() >= self.per_shard {
                 return;
             }
         }
-        shard.insert(id, until);
+        shard.insert(id, Slot::DeniedUntil(until));
+    }
+
+    /// A refreshed counter turned out to have room for `remaining` more hits. If fewer than the
+    /// requests waiting, letting them all go to Redis at once would only bring back denies: keep
+    /// the slot, so that when `refresh` is dropped the first of them leads the next refresh and
+    /// the others wait again. Otherwise forget the counter.
+    pub fn settle(&self, key: &CounterKey, limit: u64, remaining: u64, refresh: &Refresh) {
+        if remaining < refresh.waiters() as u64 {
+            return;
+        }
+        let id = (key.clone(), limit);
+        let mut shard = self.shard(&id).lock();
+        if matches!(shard.get(&id), Some(Slot::Refreshing(_))) {
+            shard.remove(&id);
+        }
     }
 
     /// Entries held (expired ones included until touched).
@@ -113,7 +183,45 @@ mod tests {
             cache.denied_for(&key("a"), 5, t0 + Duration::from_millis(300)),
             None
         );
+        assert_eq!(cache.len(), 1, "that look made it the refresher");
+        let Lookup::Lead(refresh) = cache.lookup(&key("a"), 5, t0) else {
+            panic!("its refresh was dropped: the next look leads");
+        };
+        // An answer with room and nobody waiting forgets the counter.
+        cache.settle(&key("a"), 5, 1, &refresh);
         assert_eq!(cache.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn one_request_refreshes_an_expired_deny_while_the_others_wait() {
+        let cache = DenyCache::new(100);
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(10);
+        cache.insert(&key("a"), 5, t1, t0);
+        let Lookup::Lead(refresh) = cache.lookup(&key("a"), 5, t1) else {
+            panic!("the first look after expiry leads");
+        };
+        let Lookup::Wait(mut waiter) = cache.lookup(&key("a"), 5, t1) else {
+            panic!("the second look waits");
+        };
+        // The leader learns the counter is still full and stores that before letting go.
+        cache.insert(&key("a"), 5, t1 + Duration::from_millis(50), t1);
+        drop(refresh);
+        assert!(waiter.changed().await.is_err(), "the waiter wakes");
+        assert!(matches!(cache.lookup(&key("a"), 5, t1), Lookup::Denied(_)));
+    }
+
+    #[test]
+    fn a_leader_that_gives_up_hands_over() {
+        let cache = DenyCache::new(100);
+        let t0 = Instant::now();
+        cache.insert(&key("a"), 5, t0 + Duration::from_millis(1), t0);
+        let later = t0 + Duration::from_millis(2);
+        let Lookup::Lead(refresh) = cache.lookup(&key("a"), 5, later) else {
+            panic!("leads");
+        };
+        drop(refresh); // e.g. the Redis call failed or timed out
+        assert!(matches!(cache.lookup(&key("a"), 5, later), Lookup::Lead(_)));
     }
 
     #[test]

@@ -69,7 +69,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::OnceCell;
 
-pub use deny_cache::DenyCache;
+pub use deny_cache::{DenyCache, Lookup, Refresh};
 pub use redact::{Redactor, redact_url};
 use script::{Reply, RequestIds};
 
@@ -272,10 +272,24 @@ impl RedisStore {
         conn: &ConnectionManager,
         counters: &[Counter],
     ) -> Result<Decision, StoreError> {
-        let sent = Instant::now();
-        if let Some(decision) = self.cached_deny(counters, sent) {
-            return Ok(decision);
+        let mut refreshes = Vec::new();
+        // Each wait is bounded by the leader's own deadline; past a quarter of ours, stop
+        // waiting for other requests' answers and ask Redis, so that waiting never turns a
+        // request into a timeout.
+        let stop_waiting = Instant::now() + self.timeout / 4;
+        while Instant::now() < stop_waiting {
+            match self.consult_cache(counters, Instant::now()) {
+                Consult::Deny(decision) => return Ok(decision),
+                Consult::Wait(mut done) => {
+                    let _ = done.changed().await;
+                }
+                Consult::Ask(leads) => {
+                    refreshes = leads;
+                    break;
+                }
+            }
         }
+        let sent = Instant::now();
         let id = self.ids.next();
         let cmd = script::command(&self.prefix, counters.iter(), &id);
         let reply = script::run(&mut conn.clone(), &cmd)
@@ -284,62 +298,63 @@ impl RedisStore {
         let reply = script::parse(&reply, counters)?;
         if let Some(cache) = &self.deny_cache {
             for (c, r) in counters.iter().zip(&reply.counters) {
-                if let (false, Some(wait)) = (c.shadow, r.one_hit_fits_in) {
+                if let (false, Some(wait)) = (c.shadow, full_for(r, reply.allowed)) {
                     cache.insert(&c.key, c.limit, sent + wait, sent);
                 }
             }
+            for (i, refresh) in &refreshes {
+                let (c, r) = (&counters[*i], &reply.counters[*i].result);
+                if full_for(&reply.counters[*i], reply.allowed).is_none() {
+                    cache.settle(&c.key, c.limit, r.remaining, refresh);
+                }
+            }
         }
+        // Only now wake the requests that waited for this answer: the cache holds it.
+        drop(refreshes);
         Ok(Decision {
             allowed: reply.allowed,
             counters: reply.counters.into_iter().map(|r| r.result).collect(),
         })
     }
 
-    /// A local deny when an enforced counter is known to be full; see [`DenyCache`].
+    /// Consults the deny cache for every enforced counter; see [`DenyCache`].
     ///
-    /// The full counter's answer is exact: `count` = limit (one more hit does not fit, so the log
-    /// holds the limit), `remaining` 0, `reset_after` the time until one hit fits (the whole window
-    /// for `hits > limit`). Its exact `reset_after` for `1 < hits <= limit` would need the log, so
-    /// such counters go to Redis. The request's other counters were not looked at: they are
-    /// reported as not over limit with `count` 0, `remaining` = limit and `reset_after` 0
+    /// A local deny is exact for the full counter: `count` = limit (one more hit does not fit, so
+    /// the log holds the limit), `remaining` 0, `reset_after` the time until one hit fits (the
+    /// whole window for `hits > limit`). Its exact `reset_after` for `1 < hits <= limit` would need
+    /// the log, so such counters go to Redis. The request's other counters were not looked at:
+    /// they are reported as not over limit with `count` 0, `remaining` = limit and `reset_after` 0
     /// (unknown, and untouched by this request).
-    fn cached_deny(&self, counters: &[Counter], now: Instant) -> Option<Decision> {
-        let cache = self.deny_cache.as_ref()?;
+    fn consult_cache(&self, counters: &[Counter], now: Instant) -> Consult {
+        let Some(cache) = self.deny_cache.as_ref() else {
+            return Consult::Ask(Vec::new());
+        };
         let mut waits = Vec::with_capacity(counters.len());
         let mut denied = false;
-        for c in counters {
+        let mut pending = None;
+        let mut leads = Vec::new();
+        for (i, c) in counters.iter().enumerate() {
             let exact = !c.shadow && (c.hits <= 1 || c.hits > c.limit);
-            let wait = exact
-                .then(|| cache.denied_for(&c.key, c.limit, now))
-                .flatten();
+            let mut wait = None;
+            if exact {
+                match cache.lookup(&c.key, c.limit, now) {
+                    Lookup::Miss => {}
+                    Lookup::Denied(d) => wait = Some(d),
+                    Lookup::Wait(done) => pending = pending.or(Some(done)),
+                    Lookup::Lead(refresh) => leads.push((i, refresh)),
+                }
+            }
             denied |= wait.is_some();
             waits.push(wait);
         }
-        if !denied {
-            return None;
+        if denied {
+            return Consult::Deny(local_deny(counters, waits));
         }
-        let results = counters
-            .iter()
-            .zip(waits)
-            .map(|(c, wait)| match wait {
-                Some(wait) => CounterResult {
-                    over_limit: true,
-                    count: c.limit,
-                    remaining: 0,
-                    reset_after: if c.hits > c.limit { c.window } else { wait },
-                },
-                None => CounterResult {
-                    over_limit: false,
-                    count: 0,
-                    remaining: c.limit,
-                    reset_after: Duration::ZERO,
-                },
-            })
-            .collect();
-        Some(Decision {
-            allowed: false,
-            counters: results,
-        })
+        match pending {
+            // Leads taken in this round are dropped here, so their counters are handed over.
+            Some(done) => Consult::Wait(done),
+            None => Consult::Ask(leads),
+        }
     }
 
     async fn decide_cluster(
@@ -516,6 +531,56 @@ impl RedisStore {
         tokio::time::timeout(self.timeout, call)
             .await
             .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+    }
+}
+
+/// What the deny cache says about a request.
+enum Consult {
+    /// An enforced counter is known to be full.
+    Deny(Decision),
+    /// Another request is asking Redis about one of the counters: wait for it, then look again.
+    Wait(tokio::sync::watch::Receiver<()>),
+    /// Ask Redis; the refreshes this request leads are released once the answer is cached.
+    Ask(Vec<(usize, Refresh)>),
+}
+
+/// How long one more hit cannot fit in a counter after this answer, if it cannot fit now.
+///
+/// Denied: what Redis computed (nothing was recorded). Admitted and now full: one hit fits when
+/// the oldest hit leaves, which is the counter's `reset_after`. Either way the time was measured
+/// by Redis after the request was sent, so `sent + wait` is never later than the truth.
+fn full_for(reported: &script::Reported, allowed: bool) -> Option<Duration> {
+    let r = &reported.result;
+    if allowed && !r.over_limit {
+        (r.remaining == 0 && !r.reset_after.is_zero()).then_some(r.reset_after)
+    } else {
+        reported.one_hit_fits_in
+    }
+}
+
+/// The decision for a request denied from the cache (see [`RedisStore::consult_cache`]).
+fn local_deny(counters: &[Counter], waits: Vec<Option<Duration>>) -> Decision {
+    let counters = counters
+        .iter()
+        .zip(waits)
+        .map(|(c, wait)| match wait {
+            Some(wait) => CounterResult {
+                over_limit: true,
+                count: c.limit,
+                remaining: 0,
+                reset_after: if c.hits > c.limit { c.window } else { wait },
+            },
+            None => CounterResult {
+                over_limit: false,
+                count: 0,
+                remaining: c.limit,
+                reset_after: Duration::ZERO,
+            },
+        })
+        .collect();
+    Decision {
+        allowed: false,
+        counters,
     }
 }
 
