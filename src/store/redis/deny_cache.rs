@@ -29,6 +29,9 @@ use crate::store::CounterKey;
 
 const SHARDS: usize = 16;
 
+/// Room (hits) up to which a refreshed counter stays single-flight (see [`DenyCache::settle`]).
+pub const HANDOVER_ROOM: u64 = 8;
+
 /// What the cache holds for one counter.
 enum Slot {
     /// One hit cannot fit before this instant.
@@ -122,7 +125,11 @@ impl DenyCache {
         let id = (key.clone(), limit);
         let mut shard = self.shard(&id).lock();
         if shard.len() >= self.per_shard && !shard.contains_key(&id) {
-            shard.retain(|_, slot| !matches!(slot, Slot::DeniedUntil(until) if *until <= now));
+            // Drop expired denies and handed-over refreshes that nobody leads.
+            shard.retain(|_, slot| match slot {
+                Slot::DeniedUntil(until) => *until > now,
+                Slot::Refreshing(done) => done.has_changed().is_ok(),
+            });
             if shard.len() >= self.per_shard {
                 return;
             }
@@ -130,12 +137,13 @@ impl DenyCache {
         shard.insert(id, Slot::DeniedUntil(until));
     }
 
-    /// A refreshed counter turned out to have room for `remaining` more hits. If fewer than the
-    /// requests waiting, letting them all go to Redis at once would only bring back denies: keep
-    /// the slot, so that when `refresh` is dropped the first of them leads the next refresh and
-    /// the others wait again. Otherwise forget the counter.
+    /// A refreshed counter turned out to have room for `remaining` more hits. If that is little
+    /// (less than the requests waiting, or at most [`HANDOVER_ROOM`]), letting everyone go to
+    /// Redis at once would mostly bring back denies: keep the slot, so that when `refresh` is
+    /// dropped the next request leads the next refresh and the others wait again. With more
+    /// room, forget the counter.
     pub fn settle(&self, key: &CounterKey, limit: u64, remaining: u64, refresh: &Refresh) {
-        if remaining < refresh.waiters() as u64 {
+        if remaining < (refresh.waiters() as u64).max(HANDOVER_ROOM + 1) {
             return;
         }
         let id = (key.clone(), limit);
@@ -187,8 +195,10 @@ mod tests {
         let Lookup::Lead(refresh) = cache.lookup(&key("a"), 5, t0) else {
             panic!("its refresh was dropped: the next look leads");
         };
-        // An answer with room and nobody waiting forgets the counter.
-        cache.settle(&key("a"), 5, 1, &refresh);
+        // An answer with little room keeps it single-flight; with ample room it is forgotten.
+        cache.settle(&key("a"), 5, HANDOVER_ROOM, &refresh);
+        assert_eq!(cache.len(), 1);
+        cache.settle(&key("a"), 5, HANDOVER_ROOM + 1, &refresh);
         assert_eq!(cache.len(), 0);
     }
 
