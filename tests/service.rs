@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::{KillOnDrop, RedisServer, free_port, require_program, wait_until};
+use support::{RedisServer, Slidegate, free_port, require_program, slidegate_command, wait_until};
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -57,10 +57,22 @@ const RULE_COUNT: usize = 7;
 
 /// A running slidegate on free ports, killed on drop.
 struct Server {
-    grpc_port: u16,
-    http_port: u16,
-    process: KillOnDrop,
-    dir: tempfile::TempDir,
+    slidegate: Slidegate,
+    rules: tempfile::TempDir,
+}
+
+/// The process-level helpers (ports, log, signals, exit) are those of [`Slidegate`].
+impl std::ops::Deref for Server {
+    type Target = Slidegate;
+    fn deref(&self) -> &Slidegate {
+        &self.slidegate
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut Slidegate {
+        &mut self.slidegate
+    }
 }
 
 impl Server {
@@ -72,50 +84,18 @@ impl Server {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(dir.path().join("rules")).expect("rules dir");
         std::fs::write(dir.path().join("rules/rules.yaml"), rules).expect("write rules");
-        let (grpc_port, http_port) = (free_port(), free_port());
-        let log = std::fs::File::create(dir.path().join("slidegate.log")).expect("log file");
-        let mut command = slidegate();
-        command
-            .arg("serve")
-            .arg("--config")
-            .arg(dir.path().join("rules"))
-            .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
-            .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(log);
-        let process = KillOnDrop(command.spawn().expect("spawn slidegate"));
-        let mut server = Server {
-            grpc_port,
-            http_port,
-            process,
-            dir,
-        };
-        let up = wait_until(Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
-                && std::net::TcpStream::connect(("127.0.0.1", http_port)).is_ok()
-        });
-        if !up {
-            let exit = server.process.0.try_wait().ok().flatten();
-            panic!("slidegate did not start (exit {exit:?}):\n{}", server.log());
+        Server {
+            slidegate: Slidegate::start(&dir.path().join("rules"), args),
+            rules: dir,
         }
-        server
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("slidegate.log")).unwrap_or_default()
     }
 
     fn rules_file(&self) -> PathBuf {
-        self.dir.path().join("rules/rules.yaml")
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.http_port)
+        self.rules.path().join("rules/rules.yaml")
     }
 
     async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://127.0.0.1:{}", self.grpc_port))
+        Channel::from_shared(self.grpc_uri())
             .expect("uri")
             .connect()
             .await
@@ -139,38 +119,6 @@ impl Server {
                 .expect("metrics body"),
         )
     }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.process.pid().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    }
-
-    /// Waits for the process to exit.
-    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.process.0.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-/// The binary, without SLIDEGATE_* variables from the environment running the tests.
-fn slidegate() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("SLIDEGATE_") {
-            command.env_remove(key);
-        }
-    }
-    command.env_remove("RUST_LOG");
-    command
 }
 
 fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
@@ -1137,7 +1085,7 @@ fn check_config_reports_rules_or_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let good = dir.path().join("good.yaml");
     std::fs::write(&good, RULES).expect("write");
-    let out = slidegate()
+    let out = slidegate_command()
         .arg("check-config")
         .arg(&good)
         .output()
@@ -1155,7 +1103,7 @@ fn check_config_reports_rules_or_errors() {
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "domain: test\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n")
         .expect("write");
-    let out = slidegate()
+    let out = slidegate_command()
         .arg("check-config")
         .arg(&bad)
         .output()
@@ -1172,7 +1120,7 @@ fn check_config_reports_rules_or_errors() {
 fn serve_refuses_to_start_with_bad_rules() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("bad.yaml"), "domain: [\n").expect("write");
-    let out = slidegate()
+    let out = slidegate_command()
         .arg("--config")
         .arg(dir.path())
         .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
@@ -1186,7 +1134,10 @@ fn serve_refuses_to_start_with_bad_rules() {
 
 #[test]
 fn every_flag_has_an_environment_variable() {
-    let out = slidegate().args(["serve", "--help"]).output().expect("run");
+    let out = slidegate_command()
+        .args(["serve", "--help"])
+        .output()
+        .expect("run");
     let help = String::from_utf8_lossy(&out.stdout);
     let flags = help
         .lines()
@@ -1196,7 +1147,7 @@ fn every_flag_has_an_environment_variable() {
     assert!(flags >= 20, "{help}");
     assert_eq!(flags, envs, "{help}");
     // Durations take units, and bad values are rejected with a clear error.
-    let out = slidegate()
+    let out = slidegate_command()
         .args(["serve", "--redis-timeout", "50"])
         .output()
         .expect("run");

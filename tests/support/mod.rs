@@ -332,6 +332,19 @@ impl RedisCluster {
 // Added for tests/faults.rs and tests/hostile.rs: the slidegate binary as a process, a cluster
 // with replicas, process RSS and a dependency-free HTTP GET for polling.
 
+/// The slidegate binary, without the `SLIDEGATE_*` and `RUST_LOG` variables of the environment
+/// running the tests (they would change its flags).
+pub fn slidegate_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SLIDEGATE_") {
+            command.env_remove(key);
+        }
+    }
+    command.env_remove("RUST_LOG");
+    command
+}
+
 /// A running `slidegate serve` on free ports, its stderr in a log file; killed on drop.
 pub struct Slidegate {
     pub grpc_port: u16,
@@ -357,14 +370,8 @@ impl Slidegate {
         let dir = tempfile::tempdir().expect("tempdir");
         let (grpc_port, http_port) = (free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("slidegate.log")).expect("log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("SLIDEGATE_") {
-                command.env_remove(key);
-            }
-        }
+        let mut command = slidegate_command();
         command
-            .env_remove("RUST_LOG")
             .arg("serve")
             .arg("--config")
             .arg(config)
