@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use support::{RedisCluster, RedisServer, Slidegate, http_get, send_signal, wait_until};
+use support::{
+    RedisCluster, RedisServer, Slidegate, descriptor, http_get, send_signal, wait_until,
+};
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -64,30 +64,9 @@ impl Rules {
 fn request(entries: &[(&str, &str)]) -> RateLimitRequest {
     RateLimitRequest {
         domain: DOMAIN.to_string(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: entries
-                .iter()
-                .map(|(key, value)| Entry {
-                    key: key.to_string(),
-                    value: value.to_string(),
-                })
-                .collect(),
-            ..RateLimitDescriptor::default()
-        }],
+        descriptors: vec![descriptor(entries)],
         hits_addend: 0,
     }
-}
-
-async fn channel(server: &Slidegate) -> Channel {
-    Channel::from_shared(server.grpc_uri())
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect gRPC")
-}
-
-async fn client(server: &Slidegate) -> RateLimitServiceClient<Channel> {
-    RateLimitServiceClient::new(channel(server).await)
 }
 
 /// What one call got, classified.
@@ -140,7 +119,7 @@ async fn load(
 ) -> tokio::task::JoinHandle<Vec<Sample>> {
     let mut handles = Vec::new();
     for _ in 0..tasks {
-        let mut client = client(server).await;
+        let mut client = server.client().await;
         let req = req.clone();
         let stop = Arc::clone(&stop);
         handles.push(tokio::spawn(async move {
@@ -206,7 +185,7 @@ fn healthy(server: &Slidegate) -> bool {
 }
 
 async fn grpc_health(server: &Slidegate) -> ServingStatus {
-    let response = HealthClient::new(channel(server).await)
+    let response = HealthClient::new(server.channel().await)
         .check(HealthCheckRequest {
             service: "ratelimit".to_string(),
         })
@@ -480,7 +459,7 @@ async fn redis_frozen_calls_time_out_and_memory_stays_flat() {
     assert!(health_down, "health stayed SERVING with a frozen Redis");
 
     // Thawed: decided by Redis again (the backlog it read meanwhile is processed first).
-    let mut client = client(&server).await;
+    let mut client = server.client().await;
     let back = Instant::now();
     loop {
         let answer = classify(client.should_rate_limit(req.clone()).await);
@@ -584,7 +563,7 @@ async fn redis_cluster_master_killed_replica_promoted() {
         .find(|v| master_of(&cluster, probe, &user_key(v)).0 != victim_port)
         .expect("a value on another master");
 
-    let mut client = client(&server).await;
+    let mut client = server.client().await;
     let victim_req = request(&[("user", &victim_value)]);
     let other_req = request(&[("user", &other_value)]);
     for _ in 0..5 {
@@ -809,7 +788,7 @@ fn faults() -> Vec<Fault> {
 /// rule file is `file`. Between faults the good file is put back.
 async fn reload_faults(config: &Path, file: &Path) -> Slidegate {
     let server = Slidegate::start(config, &[]);
-    let mut client = client(&server).await;
+    let mut client = server.client().await;
     for _ in 0..2 {
         let r = client
             .should_rate_limit(request(&[("tight", "t")]))
@@ -954,7 +933,7 @@ async fn sigterm_under_load_answers_every_call_in_flight() {
     assert!(wait_until(Duration::from_secs(10), || healthy(&server)));
     let mut clients = Vec::new();
     for _ in 0..4 {
-        let mut c = client(&server).await;
+        let mut c = server.client().await;
         let r = c.should_rate_limit(request(&[("user", "warm")])).await;
         assert_eq!(classify(r), Answer::Store(Code::Ok));
         clients.push(c);

@@ -37,7 +37,7 @@ use slidegate::limiter::{LimitError, Options, RateLimiter};
 use slidegate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE};
 use slidegate::service::{check, json};
 use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore};
-use support::{RedisServer, Slidegate, require_program, rss_kib, wait_until};
+use support::{RedisServer, Slidegate, descriptor, require_program, rss_kib, wait_until};
 use tonic::transport::Channel;
 
 /// Cases per property: enough to find shallow bugs on every CI run, fast in a debug build.
@@ -678,28 +678,12 @@ fn entry(key: &str, value: &str) -> Entry {
     }
 }
 
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries.iter().map(|(k, v)| entry(k, v)).collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
-
 fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
         domain: "hostile".to_string(),
         descriptors,
         hits_addend: 0,
     }
-}
-
-async fn client(server: &Slidegate) -> RateLimitServiceClient<Channel> {
-    let channel = Channel::from_shared(server.grpc_uri())
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect gRPC");
-    RateLimitServiceClient::new(channel)
 }
 
 async fn call(
@@ -720,7 +704,7 @@ async fn call(
 async fn abusive_grpc_requests_are_refused_quickly() {
     let rules = Rules::new();
     let server = Slidegate::start(rules.path(), &[]);
-    let mut client = client(&server).await;
+    let mut client = server.client().await;
     call(&mut client, request(vec![descriptor(&[("plain", "warm")])])).await;
     let rss_before = server.rss_kib();
 
@@ -862,7 +846,7 @@ async fn hits_are_bounded_before_they_reach_redis() {
         .get("/healthcheck")
         .0
         == 200));
-    let mut client = client(&server).await;
+    let mut client = server.client().await;
     let with_hits = |hits: u64, limit: Option<RateLimitOverride>| {
         let mut d = descriptor(&[("big", "h")]);
         d.hits_addend = Some(UInt64Value { value: hits });
@@ -1072,7 +1056,7 @@ async fn descriptor_values_cannot_reach_another_counter() {
         vec![("k", "%C3%BC")],
         vec![("k", "")],
     ];
-    let mut client = client(&server).await;
+    let mut client = server.client().await;
     for round in 0..3 {
         for set in &sets {
             let r = call(&mut client, request(vec![descriptor(set)])).await;
@@ -1116,7 +1100,7 @@ async fn descriptor_values_cannot_reach_another_counter() {
 async fn metric_labels_are_escaped_and_bounded() {
     let rules = Rules::new();
     let server = Slidegate::start(rules.path(), &[]);
-    let mut client = client(&server).await;
+    let mut client = server.client().await;
     let nasty = [
         "a\"b",
         "c\\d",
@@ -1306,7 +1290,7 @@ async fn distinct_keys_over_the_wire_are_released_when_idle() {
     let rules = Rules::new();
     let server = Slidegate::start(rules.path(), &[]);
     let started = Instant::now();
-    let mut client = client(&server).await;
+    let mut client = server.client().await;
     call(
         &mut client,
         request(vec![descriptor(&[("window", "warm")])]),
@@ -1391,14 +1375,14 @@ async fn redis_passwords_never_leak() {
         "{}",
         good.log()
     );
-    let mut c = client(&good).await;
+    let mut c = good.client().await;
     let r = call(&mut c, request(vec![descriptor(&[("plain", "s")])])).await;
     assert_eq!(r.statuses[0].limit_remaining, 999, "served from Redis");
 
     let http = reqwest::Client::new();
     let mut seen = String::new();
     for server in [&bad, &bad_cluster] {
-        let mut c = client(server).await;
+        let mut c = server.client().await;
         let status = c
             .should_rate_limit(request(vec![descriptor(&[("plain", "s")])]))
             .await

@@ -11,15 +11,15 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::{RedisServer, Slidegate, free_port, require_program, slidegate_command, wait_until};
+use support::{
+    RedisServer, Slidegate, descriptor, free_port, require_program, slidegate_command, wait_until,
+};
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -94,18 +94,6 @@ impl Server {
         self.rules.path().join("rules/rules.yaml")
     }
 
-    async fn channel(&self) -> Channel {
-        Channel::from_shared(self.grpc_uri())
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect gRPC")
-    }
-
-    async fn client(&self) -> RateLimitServiceClient<Channel> {
-        RateLimitServiceClient::new(self.channel().await)
-    }
-
     async fn get(&self, path: &str) -> reqwest::Response {
         reqwest::get(self.url(path)).await.expect("GET")
     }
@@ -118,19 +106,6 @@ impl Server {
                 .await
                 .expect("metrics body"),
         )
-    }
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(key, value)| Entry {
-                key: key.to_string(),
-                value: value.to_string(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
     }
 }
 

@@ -9,6 +9,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
 /// A free TCP port on 127.0.0.1: bound then released, and never the same port twice in one test
 /// process. The kernel may hand a just-released port out again, and a test that asks for two
 /// ports before starting its servers (Envoy's listener and admin port, say) must get two.
@@ -419,6 +423,20 @@ impl Slidegate {
         format!("http://127.0.0.1:{}", self.grpc_port)
     }
 
+    /// A gRPC channel to the server.
+    pub async fn channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Channel::from_shared(self.grpc_uri())
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect gRPC")
+    }
+
+    /// A RateLimitService client on a new channel.
+    pub async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        RateLimitServiceClient::new(self.channel().await)
+    }
+
     /// A blocking `GET path` on the HTTP port: (status, body); (0, "") on a connection error.
     pub fn get(&self, path: &str) -> (u16, String) {
         http_get(self.http_port, path)
@@ -444,6 +462,20 @@ impl Slidegate {
     /// The resident set size of the process, in KiB.
     pub fn rss_kib(&self) -> u64 {
         rss_kib(self.pid()).expect("VmRSS of slidegate")
+    }
+}
+
+/// A request descriptor of (key, value) entries.
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: key.to_string(),
+                value: value.to_string(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
     }
 }
 
