@@ -14,5 +14,6 @@ pub mod bench;
 pub mod config;
 pub mod limiter;
 pub mod metrics;
+pub mod server;
 pub mod service;
 pub mod store;

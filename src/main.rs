@@ -13,11 +13,11 @@ use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::StreamExt as _;
 
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
+use slidegate::server::{Apps, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
 use slidegate::service::http::{AppState, router};
@@ -118,6 +118,10 @@ struct ServeArgs {
     /// Largest HTTP request body, in bytes (larger: 413).
     #[arg(long, env = "SLIDEGATE_MAX_BODY_BYTES", default_value_t = 64 * 1024)]
     max_body_bytes: usize,
+    /// Threads that serve calls, each with a single-threaded runtime; connections are dealt out
+    /// to them in turn [default: one per CPU core].
+    #[arg(long, env = "SLIDEGATE_WORKERS", default_value_t = default_workers(), hide_default_value = true, value_parser = clap::value_parser!(u16).range(1..))]
+    workers: u16,
     /// How long to let in-flight calls finish after SIGTERM/SIGINT, e.g. `5s`.
     #[arg(long, env = "SLIDEGATE_DRAIN_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     drain_timeout: Duration,
@@ -192,7 +196,9 @@ fn serve_main(args: ServeArgs) -> ExitCode {
         eprintln!("slidegate: {error:#}");
         return ExitCode::FAILURE;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // The main thread runs start-up, the acceptors, reloads, health checks and the Redis
+    // connection; the calls themselves run on the workers (`slidegate::server`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -283,7 +289,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let http_listener = TcpListener::bind(args.http_addr)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", args.http_addr))?;
-    tracing::info!(grpc = %grpc_listener.local_addr()?, http = %http_listener.local_addr()?, "listening");
+    tracing::info!(grpc = %grpc_listener.local_addr()?, http = %http_listener.local_addr()?, workers = args.workers, "listening");
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -295,49 +301,42 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .context("cannot build gRPC reflection")?;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener).map(|conn| {
-        if let Ok(stream) = &conn {
-            // Envoy waits on every call: do not let Nagle hold small responses back.
-            let _ = stream.set_nodelay(true);
-        }
-        conn
-    });
-    let grpc = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(GrpcService::new(Arc::clone(&limiter)).into_server())
-        .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()));
-    let mut grpc = tokio::spawn(grpc);
-
-    let app = router(
-        AppState {
-            limiter: Arc::clone(&limiter),
-            health: Arc::clone(&health),
-            check_domain: args.check_domain.clone(),
-        },
-        args.max_body_bytes,
-    );
-    let http = axum::serve(http_listener, app).with_graceful_shutdown(stopped(stop_rx));
-    let mut http = tokio::spawn(async move { http.await });
+    let apps = Apps {
+        grpc: tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(GrpcService::new(Arc::clone(&limiter)).into_server()),
+        http: router(
+            AppState {
+                limiter: Arc::clone(&limiter),
+                health: Arc::clone(&health),
+                check_domain: args.check_domain.clone(),
+            },
+            args.max_body_bytes,
+        ),
+    };
+    let mut workers = Workers::start(
+        usize::from(args.workers),
+        grpc_listener,
+        http_listener,
+        apps,
+        stop_rx,
+    )
+    .context("cannot start the worker threads")?;
 
     tokio::select! {
         signal = shutdown_signal() => tracing::info!(signal = signal?, "shutting down"),
-        result = &mut grpc => bail!("gRPC server stopped: {}", describe(result)),
-        result = &mut http => bail!("HTTP server stopped: {}", describe(result)),
+        (worker, outcome) = workers.failed() => bail!("{worker} stopped: {outcome}"),
     }
     health.shut_down().await;
     checker.abort();
     let _ = stop_tx.send(true);
-    let drained = tokio::time::timeout(args.drain_timeout, async {
-        let (grpc, http) = tokio::join!(grpc, http);
-        (describe(grpc), describe(http))
-    })
-    .await;
-    match drained {
-        Ok((grpc, http)) => tracing::info!(%grpc, %http, "stopped"),
-        Err(_) => tracing::warn!(
+    match workers.drained(args.drain_timeout).await {
+        Ok(()) => tracing::info!("stopped"),
+        Err(running) => tracing::warn!(
             drain_timeout = ?args.drain_timeout,
+            workers = running,
             "calls still in flight after the drain timeout; stopping anyway"
         ),
     }
@@ -358,6 +357,8 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
         timeout: args.redis_timeout,
         tls_ca_file: args.redis_tls_ca_file.clone(),
         deny_cache: args.redis_deny_cache,
+        // One per worker thread, plus one for the main thread's health checks.
+        connections: usize::from(args.workers) + 1,
     };
     let store = connect(&opts)
         .await
@@ -401,9 +402,9 @@ fn log_effective_config(args: &ServeArgs) {
     );
 }
 
-/// Resolves once `stop` turns true (or its sender is gone).
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
+/// One worker per core the process may use.
+fn default_workers() -> u16 {
+    std::thread::available_parallelism().map_or(1, |n| u16::try_from(n.get()).unwrap_or(u16::MAX))
 }
 
 /// Waits for SIGTERM or SIGINT and names it.
@@ -415,14 +416,4 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     })
-}
-
-fn describe<E: std::fmt::Display, F: std::fmt::Display>(
-    result: Result<Result<(), E>, F>,
-) -> String {
-    match result {
-        Ok(Ok(())) => "ok".to_string(),
-        Ok(Err(error)) => format!("error: {error}"),
-        Err(error) => format!("task failed: {error}"),
-    }
 }

@@ -1295,3 +1295,61 @@ async fn sigterm_lets_in_flight_calls_finish() {
         server.log()
     );
 }
+
+/// Connections are dealt out to the worker threads, and every worker decides on the same
+/// counters: calls over eight connections to four workers admit exactly the limit, with the
+/// memory store and with Redis (where each worker has a Redis connection of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_share_counters_across_connections() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = redis.url();
+    for store in [&[][..], &["--redis-url", url.as_str()][..]] {
+        let server = Server::start(&[&["--workers", "4"], store].concat());
+        let workers = || {
+            std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+                .expect("/proc")
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+                .filter(|name| name.starts_with("slidegate-worke"))
+                .count()
+        };
+        // The listeners open before the worker threads start.
+        wait_until(Duration::from_secs(10), || workers() == 4);
+        assert_eq!(workers(), 4, "one thread per worker");
+
+        let mut clients = Vec::new();
+        for _ in 0..8 {
+            clients.push(server.client().await);
+        }
+        let req = request("test", vec![descriptor(&[("user", "workers")])]);
+        let calls = clients.into_iter().map(|mut client| {
+            let req = req.clone();
+            tokio::spawn(async move {
+                let mut allowed = 0;
+                for _ in 0..5 {
+                    if call(&mut client, req.clone()).await.overall_code() == Code::Ok {
+                        allowed += 1;
+                    }
+                }
+                allowed
+            })
+        });
+        let mut allowed = 0;
+        for handle in calls.collect::<Vec<_>>() {
+            allowed += handle.await.expect("client task");
+        }
+        assert_eq!(
+            allowed, 3,
+            "limit 3 per minute over 40 calls, store {store:?}"
+        );
+        if !store.is_empty() {
+            // Ours (CLIENT LIST), the main thread's and one per worker that took a connection.
+            let clients = redis.cli(&["CLIENT", "LIST"]);
+            assert!(
+                clients.lines().count() > 3,
+                "workers use Redis connections of their own:\n{clients}"
+            );
+        }
+    }
+}

@@ -52,6 +52,7 @@
 //! error messages are scrubbed of the configured passwords.
 
 mod deny_cache;
+mod per_thread;
 mod redact;
 pub mod script;
 
@@ -70,6 +71,7 @@ use futures::future::join_all;
 use tokio::sync::OnceCell;
 
 pub use deny_cache::{DenyCache, Lookup, Refresh};
+use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
 use script::{Reply, RequestIds};
 
@@ -107,6 +109,8 @@ pub struct RedisOptions {
     /// Capacity of the exact local deny cache in counters; 0 turns it off. Standalone only, see
     /// [`DenyCache`].
     pub deny_cache: usize,
+    /// Connections to open (lazily): one per thread that serves calls, see [`per_thread`].
+    pub connections: usize,
 }
 
 impl Default for RedisOptions {
@@ -118,6 +122,7 @@ impl Default for RedisOptions {
             timeout: DEFAULT_TIMEOUT,
             tls_ca_file: None,
             deny_cache: DEFAULT_DENY_CACHE,
+            connections: 1,
         }
     }
 }
@@ -132,6 +137,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("timeout", &self.timeout)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("deny_cache", &self.deny_cache)
+            .field("connections", &self.connections)
             .finish()
     }
 }
@@ -156,7 +162,7 @@ pub struct RedisStore {
 }
 
 enum Conn {
-    Standalone(ConnectionManager),
+    Standalone(PerThread<ConnectionManager>),
     /// Connected on first use (and again after a failed first attempt), because redis-rs needs a
     /// reachable seed to build a cluster connection; it handles reconnects and slot moves after.
     Cluster(Box<Cluster>),
@@ -164,7 +170,7 @@ enum Conn {
 
 struct Cluster {
     client: ClusterClient,
-    conn: OnceCell<ClusterConnection>,
+    conn: PerThread<OnceCell<ClusterConnection>>,
 }
 
 impl RedisStore {
@@ -227,9 +233,10 @@ impl RedisStore {
                 .set_connection_timeout(Some(opts.timeout.max(Duration::from_secs(1))))
                 .set_response_timeout(None)
                 .set_number_of_retries(2);
-            Conn::Standalone(
-                ConnectionManager::new_lazy_with_config(client, config).map_err(clean)?,
-            )
+            let managers = PerThread::new(opts.connections, || {
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+            });
+            Conn::Standalone(managers.map_err(clean)?)
         } else {
             let mut builder = ClusterClientBuilder::new(infos)
                 .connection_timeout(opts.timeout.max(Duration::from_secs(1)))
@@ -241,7 +248,7 @@ impl RedisStore {
             }
             Conn::Cluster(Box::new(Cluster {
                 client: builder.build().map_err(clean)?,
-                conn: OnceCell::new(),
+                conn: PerThread::new(opts.connections, || Ok::<_, StoreError>(OnceCell::new()))?,
             }))
         };
         let deny_cache = (matches!(conn, Conn::Standalone(_)) && opts.deny_cache > 0)
@@ -485,10 +492,10 @@ impl RedisStore {
             });
         }
         match &self.conn {
-            Conn::Standalone(conn) => self.decide_standalone(conn, counters).await,
+            Conn::Standalone(conn) => self.decide_standalone(conn.get(), counters).await,
             Conn::Cluster(cluster) => {
                 let Cluster { client, conn } = &**cluster;
-                let conn = self.cluster_conn(client, conn).await?;
+                let conn = self.cluster_conn(client, conn.get()).await?;
                 self.decide_cluster(conn, counters).await
             }
         }
@@ -497,10 +504,13 @@ impl RedisStore {
     async fn ping_inner(&self) -> Result<(), StoreError> {
         let ping = ::redis::cmd("PING");
         match &self.conn {
-            Conn::Standalone(conn) => ping.query_async::<::redis::Value>(&mut conn.clone()).await,
+            Conn::Standalone(conn) => {
+                ping.query_async::<::redis::Value>(&mut conn.get().clone())
+                    .await
+            }
             Conn::Cluster(cluster) => {
                 let Cluster { client, conn } = &**cluster;
-                let conn = self.cluster_conn(client, conn).await?;
+                let conn = self.cluster_conn(client, conn.get()).await?;
                 ping.query_async::<::redis::Value>(&mut conn.clone()).await
             }
         }
