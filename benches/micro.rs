@@ -6,7 +6,9 @@
 //!
 //! - `matching`: one descriptor against 10 and 10 000 rules. The tree is a map per level, so the
 //!   two must cost the same.
-//! - `key`: encoding a counter identity (`CounterKey::new`), plain and with escaping.
+//! - `key`: encoding a counter identity, plain and with escaping: from scratch (`CounterKey::new`,
+//!   the path of limit overrides) and from a rule's precomputed `TagTemplate` (the hot path, which
+//!   escapes only the values). `*_2_windows`: the two counters of a rule with two windows.
 //! - `memory_store`: one decision on a fresh or busy counter, and on logs of 10..100 000 hits
 //!   (decisions per second per core = 1 / time per decision).
 //! - `deny_cache`: the Redis store's local check, a miss (the common case) and a hit.
@@ -27,6 +29,7 @@ use slidegate::config::{RuleSet, load_sources};
 use slidegate::limiter::{Options, RateLimiter};
 use slidegate::metrics::Metrics;
 use slidegate::service::grpc::{from_proto, to_proto};
+use slidegate::store::key::TagTemplate;
 use slidegate::store::redis::DenyCache;
 use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore};
 
@@ -101,6 +104,55 @@ fn key(c: &mut Criterion) {
                 [("remote_address", black_box("2001:db8::1 {x}"))],
                 window,
             )
+        })
+    });
+
+    // The same identities from templates, as the limiter builds them for a matched rule.
+    let client = TagTemplate::new("bench").with_key("client");
+    group.bench_function("template_plain_1_entry", |b| {
+        b.iter(|| {
+            client
+                .tag([black_box("0-4711")].into_iter())
+                .counter_key(window)
+        })
+    });
+    let user_path = TagTemplate::new("edge")
+        .with_key("user_id")
+        .with_key("path");
+    group.bench_function("template_plain_2_entries", |b| {
+        b.iter(|| {
+            user_path
+                .tag([black_box("alice"), black_box("/api/v1/orders")].into_iter())
+                .counter_key(window)
+        })
+    });
+    let remote_address = TagTemplate::new("edge").with_key("remote_address");
+    group.bench_function("template_escaped", |b| {
+        b.iter(|| {
+            remote_address
+                .tag([black_box("2001:db8::1 {x}")].into_iter())
+                .counter_key(window)
+        })
+    });
+
+    // A rule with two windows: before, each counter escaped everything again.
+    let minute = Duration::from_secs(60);
+    group.bench_function("new_2_windows", |b| {
+        b.iter(|| {
+            let entries = [
+                ("user_id", black_box("alice")),
+                ("path", black_box("/login")),
+            ];
+            [
+                CounterKey::new(black_box("edge"), entries, window),
+                CounterKey::new(black_box("edge"), entries, minute),
+            ]
+        })
+    });
+    group.bench_function("template_2_windows", |b| {
+        b.iter(|| {
+            let mut tag = user_path.tag([black_box("alice"), black_box("/login")].into_iter());
+            [tag.counter_key(window), tag.counter_key(minute)]
         })
     });
     group.finish();

@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::{DomainRules, Limit, LiveRules, RuleMatch, RuleSet, Unit};
 use crate::metrics::{DecisionLabel, Metrics};
-use crate::store::{Counter, CounterKey, CounterResult, FailureMode, Store, StoreError};
+use crate::store::key::CounterTag;
+use crate::store::{Counter, CounterResult, FailureMode, Store, StoreError};
 
 /// Bounds on what one request may carry. Generous defaults: real proxies send a handful of
 /// descriptors with a few short entries; the bounds only keep a hostile client from making one
@@ -293,8 +294,7 @@ impl RateLimiter {
                     (None, Some(m)) => {
                         let range = self.push_counters(
                             &mut counters,
-                            request.domain,
-                            &m.counter_entries,
+                            m.counter_tag(),
                             &m.rule.limits,
                             hits,
                             m.rule.shadow_mode,
@@ -330,14 +330,9 @@ impl RateLimiter {
             unit: limit.unit.unwrap_or(Unit::Second),
             unit_multiplier: 1,
         };
-        let range = self.push_counters(
-            counters,
-            domain,
-            &descriptor.entries,
-            std::slice::from_ref(&limit),
-            hits,
-            false,
-        );
+        // No rule, so no precomputed parts: everything is escaped here (same encoding).
+        let tag = CounterTag::new(domain, descriptor.entries.iter().copied());
+        let range = self.push_counters(counters, tag, std::slice::from_ref(&limit), hits, false);
         Plan::Limited(Limited {
             label: Cow::Owned(override_label(&descriptor.entries)),
             name: None,
@@ -367,12 +362,12 @@ impl RateLimiter {
         Ok(results)
     }
 
-    /// Appends one counter per limit and returns their range.
-    fn push_counters<'e>(
+    /// Appends one counter per limit of a descriptor and returns their range. The descriptor's
+    /// `tag` is built once; each limit only adds its window to it.
+    fn push_counters(
         &self,
         counters: &mut Vec<Counter>,
-        domain: &str,
-        entries: &[(&'e str, &'e str)],
+        mut tag: CounterTag,
         limits: &[Limit],
         hits: u64,
         rule_shadow: bool,
@@ -381,7 +376,7 @@ impl RateLimiter {
         for limit in limits {
             let window = limit.window();
             counters.push(Counter {
-                key: CounterKey::new(domain, entries.iter().copied(), window),
+                key: tag.counter_key(window),
                 limit: limit.requests_per_unit,
                 window,
                 hits,
@@ -727,7 +722,7 @@ fn override_label(entries: &[(&str, &str)]) -> String {
 mod tests {
     use super::*;
     use crate::config::load_sources;
-    use crate::store::{ManualClock, MemoryStore};
+    use crate::store::{CounterKey, ManualClock, MemoryStore};
     use arc_swap::ArcSwap;
 
     const START: Duration = Duration::from_secs(1_700_000_000);
@@ -872,6 +867,32 @@ descriptors:
             Some(Unit::Minute)
         );
         assert_eq!(r.statuses[0].limit_remaining, 1);
+    }
+
+    #[test]
+    fn counter_keys_keep_their_encoding() {
+        let f = fixture(Options::default());
+        let mut limited = desc(&[("user", "o:1")]);
+        limited.limit = Some(LimitOverride {
+            requests_per_unit: 1,
+            unit: Some(Unit::Hour),
+        });
+        let req = request(vec![desc(&[("two", "a b")]), limited]);
+        let rules = f.limiter.rules().load_full();
+        let domain = rules.domain("api").expect("domain api");
+        let (_, counters) = f.limiter.plan(&req, domain);
+        let keys: Vec<&str> = counters.iter().map(|c| c.key.as_str()).collect();
+        // One tag for both windows of `two`; the override is escaped from scratch.
+        assert_eq!(
+            keys,
+            [
+                "{api:two=a%20b}1000",
+                "{api:two=a%20b}60000",
+                "{api:user=o%3A1}3600000"
+            ]
+        );
+        let expected = CounterKey::new("api", [("two", "a b")], Duration::from_secs(60));
+        assert_eq!(counters[1].key, expected);
     }
 
     #[test]

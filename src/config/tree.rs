@@ -5,12 +5,17 @@
 //! entry therefore costs two hash lookups (plus the wildcards of its key, if any), however many
 //! rules there are. Matching borrows from the tree and the request; the only allocation on the hot
 //! path is `RuleMatch::counter_entries`.
+//!
+//! Each key's nodes also hold the [`TagTemplate`] of their path (`{domain:key1=:key2=...`,
+//! escaped), built once when the rule set is, so that a match's counter tag only escapes the
+//! request's values ([`RuleMatch::counter_tag`]).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Rule;
+use crate::store::key::{CounterTag, TagTemplate};
 
 /// All domains' rules, immutable once built.
 #[derive(Debug, Default)]
@@ -45,15 +50,21 @@ pub struct RuleMatch<'a> {
     /// Runtime values appear only when the config asks for them, so metric cardinality stays
     /// bounded by the config, not by clients.
     pub stats_name: Cow<'a, str>,
+    /// The escaped domain and keys of the matched path, for [`RuleMatch::counter_tag`].
+    tag_template: &'a TagTemplate,
 }
 
 impl RuleSet {
     /// Builds a rule set; `rules` are sorted here.
     pub(super) fn new(
-        domains: HashMap<String, DomainRules>,
+        mut domains: HashMap<String, DomainRules>,
         mut rules: Vec<Arc<Rule>>,
         sources: Vec<(String, String)>,
     ) -> Self {
+        // Here, not in `DomainRules::new`: the domain's name is known from this map.
+        for (name, domain) in &mut domains {
+            domain.root.build_tag_templates(&TagTemplate::new(name));
+        }
         rules.sort_by(|a, b| (&a.domain, &a.path).cmp(&(&b.domain, &b.path)));
         RuleSet {
             domains,
@@ -104,8 +115,8 @@ impl DomainRules {
     /// envoyproxy/ratelimit.
     pub fn match_entries<'a>(&'a self, entries: &[(&'a str, &'a str)]) -> Option<RuleMatch<'a>> {
         let mut shared = false;
-        let node = self.walk(entries, |step| shared |= step.shares_value())?;
-        let rule = node.rule.as_ref()?;
+        let last = self.walk(entries, |step| shared |= step.shares_value())?;
+        let rule = last.node.rule.as_ref()?;
         let counter_entries = if shared {
             let mut out = Vec::with_capacity(entries.len());
             self.walk(entries, |step| out.push((step.key, step.counter_value())));
@@ -126,30 +137,44 @@ impl DomainRules {
             rule,
             counter_entries,
             stats_name,
+            tag_template: last.tag_template,
         })
     }
 
-    /// Follows `entries` down the tree, calling `visit` for each level, and returns the node the
-    /// last entry reached. Deterministic, so callers may walk twice instead of allocating a path.
+    /// Follows `entries` down the tree, calling `visit` for each level, and returns the step of the
+    /// last entry. Deterministic, so callers may walk twice instead of allocating a path.
     fn walk<'a>(
         &'a self,
         entries: &[(&'a str, &'a str)],
         mut visit: impl FnMut(Step<'a>),
-    ) -> Option<&'a Node> {
+    ) -> Option<Step<'a>> {
         let mut level = &self.root;
         let mut reached = None;
         for &(key, value) in entries {
-            let (node, how) = level.find(key, value)?;
-            visit(Step {
+            let (nodes, node, how) = level.find(key, value)?;
+            let step = Step {
                 key,
                 value,
                 node,
                 how,
-            });
+                tag_template: &nodes.tag_template,
+            };
+            visit(step);
             level = &node.children;
-            reached = Some(node);
+            reached = Some(step);
         }
         reached
+    }
+}
+
+impl RuleMatch<'_> {
+    /// The tag every counter of this match shares (`{domain:k1=v1:...}`); each limit's key is
+    /// the tag plus its window ([`CounterTag::counter_key`]). The domain and keys were escaped at
+    /// config load: only the counter values are escaped here, once per descriptor.
+    pub fn counter_tag(&self) -> CounterTag {
+        // The template has one key per level of the path, and the match one entry per level.
+        self.tag_template
+            .tag(self.counter_entries.iter().map(|&(_, value)| value))
     }
 }
 
@@ -174,11 +199,14 @@ fn push_segment(out: &mut String, key: &str, value: &str) {
 }
 
 /// One level of a walk: the request's entry and the node it matched.
+#[derive(Clone, Copy)]
 struct Step<'a> {
     key: &'a str,
     value: &'a str,
     node: &'a Node,
     how: Matched<'a>,
+    /// The counter tag template of the path down to this level.
+    tag_template: &'a TagTemplate,
 }
 
 /// How an entry matched its node.
@@ -229,6 +257,11 @@ pub(super) struct KeyNodes {
     /// In config order: the first match wins.
     wildcards: Vec<(Pattern, Node)>,
     key_only: Option<Box<Node>>,
+    /// The escaped domain and the keys from the root down to this key. The same for all these
+    /// nodes: the path of keys to a level is unique, only values differ. Set by
+    /// [`Level::build_tag_templates`] once the tree is complete (nodes are inserted bottom-up, before
+    /// their parents' keys are known).
+    tag_template: TagTemplate,
 }
 
 /// Where a new node would go, for the duplicate check.
@@ -239,18 +272,38 @@ pub(super) enum Slot {
 }
 
 impl Level {
-    fn find<'a>(&'a self, key: &str, value: &str) -> Option<(&'a Node, Matched<'a>)> {
+    fn find<'a>(&'a self, key: &str, value: &str) -> Option<(&'a KeyNodes, &'a Node, Matched<'a>)> {
         let nodes = self.keys.get(key)?;
         if let Some(node) = nodes.exact.get(value) {
-            return Some((node, Matched::Exact));
+            return Some((nodes, node, Matched::Exact));
         }
         if let Some((pattern, node)) = nodes.wildcards.iter().find(|(p, _)| p.matches(value)) {
-            return Some((node, Matched::Wildcard(pattern)));
+            return Some((nodes, node, Matched::Wildcard(pattern)));
         }
         nodes
             .key_only
             .as_deref()
-            .map(|node| (node, Matched::KeyOnly))
+            .map(|node| (nodes, node, Matched::KeyOnly))
+    }
+
+    /// Gives every key of this level and below its [`TagTemplate`]: `parent`'s plus the key.
+    fn build_tag_templates(&mut self, parent: &TagTemplate) {
+        for (key, nodes) in &mut self.keys {
+            let KeyNodes {
+                exact,
+                wildcards,
+                key_only,
+                tag_template,
+            } = nodes;
+            *tag_template = parent.with_key(key);
+            let children = exact
+                .values_mut()
+                .chain(wildcards.iter_mut().map(|(_, node)| node))
+                .chain(key_only.as_deref_mut());
+            for node in children {
+                node.children.build_tag_templates(tag_template);
+            }
+        }
     }
 
     /// Adds a node; gives it back if the slot is taken (a duplicate key/value at this level).
@@ -342,6 +395,92 @@ impl Pattern {
 #[cfg(test)]
 mod tests {
     use super::Pattern;
+    use crate::config::{RuleSet, load_sources};
+    use crate::store::CounterKey;
+    use proptest::prelude::*;
+
+    /// Escaping everywhere: a domain and keys with separators, space and non-ASCII, an exact
+    /// value, a shared wildcard (its counter value is the pattern) and key-only levels.
+    const ESCAPING: &str = r#"
+domain: "e d:{ge}%\u00e9"
+descriptors:
+  - key: "user id"
+    descriptors:
+      - key: "pa:th="
+        value: "/api/*"
+        share_threshold: true
+        descriptors:
+          - key: "m{e}thod"
+            rate_limits:
+              - { unit: second, requests_per_unit: 1 }
+              - { unit: minute, requests_per_unit: 5 }
+  - key: plan
+    value: "pro plan"
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+"#;
+
+    const OTHER: &str = r#"
+domain: other
+descriptors:
+  - key: plan
+    value: "pro plan"
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+"#;
+
+    fn rule_set() -> RuleSet {
+        let sources = [
+            ("escaping.yaml".to_string(), ESCAPING.to_string()),
+            ("other.yaml".to_string(), OTHER.to_string()),
+        ];
+        load_sources(&sources).unwrap_or_else(|e| panic!("test rules do not load: {e}"))
+    }
+
+    /// Every counter key of the match, from its tag and from scratch with `CounterKey::new`.
+    fn keys_both_ways(set: &RuleSet, domain: &str, entries: &[(&str, &str)]) -> [Vec<String>; 2] {
+        let rules = set.domain(domain).expect("a configured domain");
+        let m = rules.match_entries(entries).expect("a match");
+        let windows: Vec<_> = m.rule.limits.iter().map(|limit| limit.window()).collect();
+        let mut tag = m.counter_tag();
+        let from_tag = windows.iter().map(|&w| tag.counter_key(w).to_string());
+        let from_scratch = windows
+            .iter()
+            .map(|&w| CounterKey::new(domain, m.counter_entries.iter().copied(), w).to_string());
+        [from_tag.collect(), from_scratch.collect()]
+    }
+
+    #[test]
+    fn counter_tags_come_from_the_matched_path_and_domain() {
+        let set = rule_set();
+        let domain = "e d:{ge}%\u{e9}";
+        let entries = [
+            ("user id", "a:b c"),
+            ("pa:th=", "/api/x"),
+            ("m{e}thod", "GET"),
+        ];
+        let [from_tag, from_scratch] = keys_both_ways(&set, domain, &entries);
+        let tag =
+            "{e%20d%3A%7Bge%7D%25%C3%A9:user%20id=a%3Ab%20c:pa%3Ath%3D=/api/*:m%7Be%7Dthod=GET}";
+        assert_eq!(from_tag, [format!("{tag}1000"), format!("{tag}60000")]);
+        assert_eq!(from_tag, from_scratch);
+        let [from_tag, from_scratch] = keys_both_ways(&set, "other", &[("plan", "pro plan")]);
+        assert_eq!(from_tag, ["{other:plan=pro%20plan}3600000"]);
+        assert_eq!(from_tag, from_scratch);
+    }
+
+    proptest! {
+        #[test]
+        fn counter_tags_agree_with_counter_key_new(
+            user in any::<String>(),
+            path in any::<String>(),
+            method in "[%:={} a-z\\x00-\\x1f\u{e9}]{0,8}",
+        ) {
+            let set = rule_set();
+            let path = format!("/api/{path}");
+            let entries = [("user id", user.as_str()), ("pa:th=", &path), ("m{e}thod", &method)];
+            let [from_tag, from_scratch] = keys_both_ways(&set, "e d:{ge}%\u{e9}", &entries);
+            prop_assert_eq!(from_tag, from_scratch);
+        }
+    }
 
     fn matches(pattern: &str, value: &str) -> bool {
         Pattern::new(pattern).expect("a pattern").matches(value)

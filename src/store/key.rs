@@ -10,6 +10,15 @@
 //! domain and entries a Redis Cluster hash tag: all windows of one descriptor land on one slot, so
 //! several limits on one descriptor stay atomic even in a cluster. Because `{` and `}` never occur
 //! inside the tag, the tag is always exactly that part, whatever the values.
+//!
+//! The encoding is built in two steps, so that the hot path escapes as little as possible:
+//! - a [`TagTemplate`] holds what the config fixes for one rule path, escaped once at config load:
+//!   `{domain` and each `:key=`;
+//! - a [`CounterTag`] is one descriptor's `{...}`, built once per request descriptor (from a
+//!   template, escaping only the request's values; or from scratch for a limit override), and
+//!   each of the descriptor's windows derives its [`CounterKey`] from it.
+//!
+//! All paths produce the same bytes as [`CounterKey::new`]: keys already in Redis keep their meaning.
 
 use std::fmt::{self, Write};
 use std::sync::Arc;
@@ -18,6 +27,7 @@ use std::time::Duration;
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 /// Bytes escaped in key components (plus all non-ASCII, which `percent_encoding` always escapes).
+/// [`is_plain`] is its complement and must change with it.
 const ESCAPED: &AsciiSet = &CONTROLS
     .add(b'%')
     .add(b':')
@@ -26,30 +36,23 @@ const ESCAPED: &AsciiSet = &CONTROLS
     .add(b'}')
     .add(b' ');
 
+/// Room reserved after a tag for the window's digits (`u128::MAX` has 39), so that deriving a
+/// counter key never grows the buffer.
+const WINDOW_DIGITS: usize = 39;
+
 /// The encoded identity of one counter. Cheap to clone.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CounterKey(Arc<str>);
 
 impl CounterKey {
-    /// Encodes a counter identity.
+    /// Encodes a counter identity, escaping every component. The hot path derives keys from a
+    /// [`CounterTag`] instead; this is the reference it must agree with.
     pub fn new<'a>(
         domain: &str,
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
         window: Duration,
     ) -> Self {
-        let mut out = String::with_capacity(64);
-        out.push('{');
-        push_escaped(&mut out, domain);
-        for (key, value) in entries {
-            out.push(':');
-            push_escaped(&mut out, key);
-            out.push('=');
-            push_escaped(&mut out, value);
-        }
-        out.push('}');
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{}", window.as_millis());
-        CounterKey(out.into())
+        CounterTag::new(domain, entries).counter_key(window)
     }
 
     /// The encoded form, e.g. `{api:user=alice}60000`.
@@ -70,15 +73,131 @@ impl fmt::Display for CounterKey {
     }
 }
 
-fn push_escaped(out: &mut String, component: &str) {
-    for part in utf8_percent_encode(component, ESCAPED) {
-        out.push_str(part);
+/// The escaped parts of a counter tag that one rule path fixes: `{domain`, then `:key=` for each
+/// level. Every descriptor that reaches the path has exactly these keys (matching compares them
+/// exactly), so they are escaped once at config load and only the request's values are escaped
+/// per request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TagTemplate {
+    /// `{` and the escaped domain.
+    domain: Box<str>,
+    /// `:key=` with the key escaped, one per descriptor entry, in order.
+    keys: Vec<Box<str>>,
+    /// The bytes of `domain` and `keys` together, to size a tag's buffer in one allocation.
+    fixed_len: usize,
+}
+
+impl TagTemplate {
+    /// The template of a domain with no entries yet.
+    pub fn new(domain: &str) -> Self {
+        let mut encoded = String::from("{");
+        push_escaped(&mut encoded, domain);
+        TagTemplate {
+            fixed_len: encoded.len(),
+            domain: encoded.into(),
+            keys: Vec::new(),
+        }
     }
+
+    /// This template one level deeper: the entry `key` follows the existing ones.
+    pub fn with_key(&self, key: &str) -> Self {
+        let mut encoded = String::from(":");
+        push_escaped(&mut encoded, key);
+        encoded.push('=');
+        let mut deeper = self.clone();
+        deeper.fixed_len += encoded.len();
+        deeper.keys.push(encoded.into());
+        deeper
+    }
+
+    /// The tag of a descriptor that matched this template's path, from its counter values (one per
+    /// key, in order). Only the values are escaped.
+    pub fn tag<'v>(&self, values: impl Iterator<Item = &'v str> + Clone) -> CounterTag {
+        debug_assert_eq!(values.clone().count(), self.keys.len(), "one value per key");
+        let values_len: usize = values.clone().map(str::len).sum();
+        let mut text = String::with_capacity(self.fixed_len + values_len + 1 + WINDOW_DIGITS);
+        text.push_str(&self.domain);
+        for (key, value) in self.keys.iter().zip(values) {
+            text.push_str(key);
+            push_escaped(&mut text, value);
+        }
+        CounterTag::close(text)
+    }
+}
+
+/// One descriptor's counter tag, `{domain:k1=v1:k2=v2}`: the part every window's counter key
+/// shares. Built once per descriptor, so a rule with several windows escapes nothing twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterTag {
+    /// The tag, followed by the digits of the last window asked for.
+    text: String,
+    /// Where the tag ends in `text`.
+    tag_len: usize,
+}
+
+impl CounterTag {
+    /// Escapes the domain and every key and value. For descriptors without a rule (limit
+    /// overrides), which have no [`TagTemplate`].
+    pub fn new<'a>(domain: &str, entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut text = String::with_capacity(64);
+        text.push('{');
+        push_escaped(&mut text, domain);
+        for (key, value) in entries {
+            text.push(':');
+            push_escaped(&mut text, key);
+            text.push('=');
+            push_escaped(&mut text, value);
+        }
+        CounterTag::close(text)
+    }
+
+    /// Ends an open tag (`{...` with the entries) with its `}`.
+    fn close(mut text: String) -> Self {
+        text.push('}');
+        CounterTag {
+            tag_len: text.len(),
+            text,
+        }
+    }
+
+    /// The tag, braces included, e.g. `{api:user=alice}`.
+    pub fn as_str(&self) -> &str {
+        &self.text[..self.tag_len]
+    }
+
+    /// The key of this descriptor's counter for `window`: the tag and the window in milliseconds.
+    /// Takes `&mut self` because the digits are written after the tag in the tag's own buffer, so
+    /// the key costs one allocation (its `Arc<str>`) and no intermediate `String`.
+    pub fn counter_key(&mut self, window: Duration) -> CounterKey {
+        self.text.truncate(self.tag_len);
+        // Writing to a String cannot fail.
+        let _ = write!(self.text, "{}", window.as_millis());
+        CounterKey(Arc::from(self.text.as_str()))
+    }
+}
+
+/// Appends `component` escaped. Most components (ids, addresses, paths) need no escaping: a scan of
+/// their bytes finds that and copies them whole, without going through the encoder.
+fn push_escaped(out: &mut String, component: &str) {
+    if component.bytes().all(is_plain) {
+        out.push_str(component);
+    } else {
+        for part in utf8_percent_encode(component, ESCAPED) {
+            out.push_str(part);
+        }
+    }
+}
+
+/// Whether `byte` stays as it is: printable ASCII that is not in [`ESCAPED`] (which holds the
+/// controls, space and `%:={}`; non-ASCII bytes are always escaped).
+fn is_plain(byte: u8) -> bool {
+    byte.is_ascii_graphic() && !matches!(byte, b'%' | b':' | b'=' | b'{' | b'}')
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const MIN: Duration = Duration::from_secs(60);
 
@@ -112,5 +231,98 @@ mod tests {
         let b = CounterKey::new("d", [("k", "v")], Duration::from_secs(1));
         assert_ne!(a, b);
         assert_eq!(a.hash_tag(), b.hash_tag());
+    }
+
+    #[test]
+    fn one_tag_gives_every_window_its_key() {
+        let template = TagTemplate::new("api").with_key("user").with_key("path");
+        let mut tag = template.tag(["a b", "/login"].into_iter());
+        assert_eq!(tag.as_str(), "{api:user=a%20b:path=/login}");
+        assert_eq!(
+            tag.counter_key(MIN).as_str(),
+            "{api:user=a%20b:path=/login}60000"
+        );
+        let second = tag.counter_key(Duration::from_secs(1));
+        assert_eq!(second.as_str(), "{api:user=a%20b:path=/login}1000");
+        assert_eq!(tag.as_str(), "{api:user=a%20b:path=/login}");
+    }
+
+    /// Pins the escaped set byte by byte, as keys in production were written: printable ASCII
+    /// except `%:={}` stays, everything else becomes `%XX` (upper-case hex) per UTF-8 byte. The
+    /// fast path ([`is_plain`]) and the encoder ([`ESCAPED`]) must agree on every byte.
+    #[test]
+    fn escaped_bytes_are_pinned() {
+        for byte in 0u8..=127 {
+            let text = char::from(byte).to_string();
+            let plain = (0x21..=0x7e).contains(&byte) && !b"%:={}".contains(&byte);
+            let expected = if plain {
+                text.clone()
+            } else {
+                format!("%{byte:02X}")
+            };
+            let mut fast = String::new();
+            push_escaped(&mut fast, &text);
+            assert_eq!(fast, expected, "byte {byte:#04x}");
+            let encoder = utf8_percent_encode(&text, ESCAPED).to_string();
+            assert_eq!(encoder, expected, "byte {byte:#04x}");
+        }
+        let mut non_ascii = String::new();
+        push_escaped(&mut non_ascii, "é€");
+        assert_eq!(non_ascii, "%C3%A9%E2%82%AC");
+    }
+
+    /// The encoding as first written, with the encoder on every component: the reference that
+    /// every way of building a key must reproduce byte for byte.
+    fn reference(domain: &str, entries: &[(String, String)], window: Duration) -> String {
+        let escape = |text: &str| utf8_percent_encode(text, ESCAPED).to_string();
+        let mut out = format!("{{{}", escape(domain));
+        for (key, value) in entries {
+            out.push_str(&format!(":{}={}", escape(key), escape(value)));
+        }
+        out.push_str(&format!("}}{}", window.as_millis()));
+        out
+    }
+
+    /// Plain text (the fast path), the escaped characters, and anything at all.
+    fn component() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z0-9/._~-]{0,10}",
+            "[%:={} a-z\\x00-\\x1f\\x7f\u{e9}\u{20ac}\u{1f600}]{0,10}",
+            any::<String>(),
+        ]
+    }
+
+    /// Config-like windows and arbitrary ones (sub-millisecond parts are dropped by the encoding).
+    fn window() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            prop::sample::select(vec![1u64, 60, 3_600, 86_400, 30 * 86_400])
+                .prop_map(Duration::from_secs),
+            (any::<u64>(), 0u32..1_000_000_000)
+                .prop_map(|(secs, nanos)| Duration::new(secs, nanos)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn template_and_scratch_paths_encode_like_counter_key_new(
+            domain in component(),
+            entries in prop::collection::vec((component(), component()), 1..=3),
+            windows in prop::collection::vec(window(), 1..=4),
+        ) {
+            let borrowed = || entries.iter().map(|(key, value)| (key.as_str(), value.as_str()));
+            let template = entries
+                .iter()
+                .fold(TagTemplate::new(&domain), |template, (key, _)| template.with_key(key));
+            let mut from_template = template.tag(entries.iter().map(|(_, value)| value.as_str()));
+            let mut from_scratch = CounterTag::new(&domain, borrowed());
+            prop_assert_eq!(from_template.as_str(), from_scratch.as_str());
+            for &window in &windows {
+                let expected = reference(&domain, &entries, window);
+                let new = CounterKey::new(&domain, borrowed(), window);
+                prop_assert_eq!(new.as_str(), expected.as_str());
+                prop_assert_eq!(from_template.counter_key(window), new.clone());
+                prop_assert_eq!(from_scratch.counter_key(window), new);
+            }
+        }
     }
 }
