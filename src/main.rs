@@ -174,15 +174,9 @@ fn check_config(path: &Path) -> ExitCode {
     }
 }
 
-/// `slidegate bench`: runs the load generator on a runtime of its own.
+/// `slidegate bench`: the load generator builds its own runtimes, one per thread.
 fn bench_main(args: slidegate::bench::BenchArgs) -> ExitCode {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build();
-    let outcome = runtime
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| Ok(rt.block_on(slidegate::bench::run(args))?));
-    match outcome {
+    match slidegate::bench::main(args) {
         Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("slidegate bench: {error:#}");
@@ -306,7 +300,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(GrpcService::new(Arc::clone(&limiter)).into_server()),
+            .add_service(GrpcService::new(Arc::clone(&limiter))),
         http: router(
             AppState {
                 limiter: Arc::clone(&limiter),

@@ -1353,3 +1353,29 @@ async fn workers_share_counters_across_connections() {
         }
     }
 }
+
+/// A method the RateLimitService does not have is UNIMPLEMENTED, as gRPC servers answer; a
+/// request larger than the codec's initial buffer is decoded all the same.
+#[tokio::test]
+async fn unknown_method_is_unimplemented_and_large_requests_decode() {
+    let server = Server::start(&[]);
+    let mut grpc = tonic::client::Grpc::new(server.channel().await);
+    grpc.ready().await.expect("ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod",
+    );
+    let status = grpc
+        .unary::<RateLimitRequest, RateLimitResponse, _>(
+            tonic::Request::new(RateLimitRequest::default()),
+            path,
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .expect_err("no such method");
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+
+    let value = "v".repeat(2000);
+    let descriptors = (0..8).map(|_| descriptor(&[("nothing", &value)])).collect();
+    let response = call(&mut server.client().await, request("test", descriptors)).await;
+    assert_eq!(response.statuses.len(), 8);
+}
