@@ -1,10 +1,10 @@
 //! `slidegate bench`: a gRPC load generator for any RateLimitService v3 server.
 //!
-//! It speaks only the public Envoy API, so it measures slidegate and its peers alike. Every worker
-//! runs a closed loop (send, wait, record): `--concurrency` workers share `--connections` HTTP/2
-//! connections. Latency goes into an HDR histogram per worker, merged at the end, so percentiles are
-//! exact to three significant digits with no coordination on the hot path. A warm-up phase runs
-//! first and is not measured.
+//! It speaks only the public Envoy API over plain gRPC, so it measures slidegate and its peers
+//! alike. Every worker runs a closed loop (send, wait, record): `--concurrency` workers share
+//! `--connections` HTTP/2 connections. Latency goes into an HDR histogram per worker, merged at the
+//! end, so percentiles are exact to three significant digits with no coordination on the hot path.
+//! A warm-up phase runs first and is not measured.
 //!
 //! The generator is thread-per-core: each of `--threads` threads runs a current-thread tokio
 //! runtime of its own with its share of the connections and workers; on the hot path the threads
@@ -15,6 +15,13 @@
 //! after connecting and after the warm-up, so the measured phase starts at one agreed instant
 //! everywhere and ends at one deadline; the calling thread only coordinates: CPU snapshots,
 //! progress bar, merging the tallies.
+//!
+//! The workers call through `h2` directly, not through a tonic client: a tonic call crosses two
+//! channels and two tasks (tower's `Buffer`, then hyper's client dispatcher) before it reaches h2,
+//! and cost the generator about as much CPU per request as the server it measured, on the same
+//! cores. An instrument should cost less than what it measures. A call here is one HTTP/2 stream
+//! the worker drives itself: a POST with one length-prefixed protobuf message, answered by one
+//! message and a `grpc-status` trailer; the request is encoded into a buffer the worker reuses.
 //!
 //! With `--server-pid`, the server's CPU time (user + system, from `/proc/PID/stat`) over the
 //! measured phase is divided by the requests served: CPU per request is the figure that stays
@@ -29,6 +36,7 @@
 //! sends N requests for every key, once, from the first thread, so that a large key space starts
 //! full.
 
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -36,17 +44,23 @@ use std::sync::{Arc, Barrier, OnceLock};
 use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use h2::RecvStream;
+use h2::client::SendRequest;
 use hdrhistogram::Histogram;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue, TE};
+use http::uri::{PathAndQuery, Scheme, Uri};
+use http::{Method, Request, StatusCode};
+use prost::Message;
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Zipf};
-use tonic::transport::{Channel, Endpoint};
+use tokio::net::TcpStream;
 
 /// Errors that stop a benchmark (all but a thread's crash before it measures anything).
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +70,7 @@ pub enum BenchError {
     #[error("cannot connect to {target}: {source}")]
     Connect {
         target: String,
-        source: tonic::transport::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("cannot start a tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -237,6 +251,7 @@ impl WorkerStats {
 /// from plain synchronous code (it needs no runtime; every thread builds its own).
 pub fn main(args: BenchArgs) -> Result<BenchReport, BenchError> {
     validate(&args)?;
+    let target = Target::parse(&args.target)?;
     let keys = Arc::new(KeySpace::new(&args)?);
     let phases = Phases::new(args.threads);
     let done = Arc::new(AtomicU64::new(0));
@@ -245,9 +260,9 @@ pub fn main(args: BenchArgs) -> Result<BenchReport, BenchError> {
         let handles: Vec<_> = Share::all(&args)
             .into_iter()
             .map(|share| {
-                let (args, phases, keys) = (&args, &phases, keys.clone());
-                let (done, sender) = (done.clone(), sender.clone());
-                scope.spawn(move || run_thread(args, share, phases, keys, done, sender))
+                let (args, target, phases) = (&args, &target, &phases);
+                let (keys, done, sender) = (keys.clone(), done.clone(), sender.clone());
+                scope.spawn(move || run_thread(args, target, share, phases, keys, done, sender))
             })
             .collect();
         // Only the threads hold senders now: `results` disconnects if they all stop.
@@ -357,13 +372,14 @@ struct Measured {
 /// One generator thread: sets up, warms up, runs the measured phase and sends its tallies.
 fn run_thread(
     args: &BenchArgs,
+    target: &Target,
     share: Share,
     phases: &Phases,
     keys: Arc<KeySpace>,
     done: Arc<AtomicU64>,
     results: Sender<Vec<WorkerStats>>,
 ) -> Result<(), BenchError> {
-    let setup = setup_thread(args, share);
+    let setup = setup_thread(args, target, share);
     if setup.is_err() {
         phases.failed.store(true, Ordering::Relaxed);
     }
@@ -372,13 +388,13 @@ fn run_thread(
     if phases.failed.load(Ordering::Relaxed) {
         return setup.map(drop);
     }
-    let (runtime, channels) = setup?;
+    let (runtime, clients) = setup?;
     if !args.warmup.is_zero() {
         let discarded = Arc::new(AtomicU64::new(0));
         let warmup = drive(
             args,
             share,
-            &channels,
+            &clients,
             &keys,
             Instant::now(),
             args.warmup,
@@ -390,7 +406,7 @@ fn run_thread(
     let measured = drive(
         args,
         share,
-        &channels,
+        &clients,
         &keys,
         phases.start(),
         args.duration,
@@ -402,21 +418,22 @@ fn run_thread(
 }
 
 /// Everything that can fail, done before the first barrier: the thread's runtime, its
-/// connections (a channel lives on the runtime that opened it) and, on the first thread only,
-/// the prefill, so that every key gets exactly `--prefill` hits.
+/// connections (a connection is a task on the runtime that opened it) and, on the first thread
+/// only, the prefill, so that every key gets exactly `--prefill` hits.
 fn setup_thread(
     args: &BenchArgs,
+    target: &Target,
     share: Share,
-) -> Result<(tokio::runtime::Runtime, Vec<Channel>), BenchError> {
+) -> Result<(tokio::runtime::Runtime, Vec<RlsClient>), BenchError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(BenchError::Runtime)?;
-    let channels = runtime.block_on(connect(args, share.connections))?;
+    let clients = runtime.block_on(connect(args, target, share.connections))?;
     if share.index == 0 && args.prefill > 0 {
-        runtime.block_on(prefill(args, &channels));
+        runtime.block_on(prefill(args, &clients));
     }
-    Ok((runtime, channels))
+    Ok((runtime, clients))
 }
 
 /// The calling thread's part: waits for the threads to set up and warm up, takes the CPU
@@ -474,28 +491,223 @@ fn join_all(handles: Vec<ScopedJoinHandle<'_, Result<(), BenchError>>>) -> Resul
         .fold(Ok(()), Result::and)
 }
 
-/// Opens `count` HTTP/2 connections on the current runtime.
-async fn connect(args: &BenchArgs, count: usize) -> Result<Vec<Channel>, BenchError> {
-    let connect_error = |source| BenchError::Connect {
-        target: args.target.clone(),
-        source,
-    };
-    let endpoint = Endpoint::from_shared(args.target.clone())
-        .map_err(connect_error)?
-        .tcp_nodelay(true)
-        .timeout(args.timeout);
-    let mut channels = Vec::with_capacity(count);
-    for _ in 0..count {
-        channels.push(endpoint.connect().await.map_err(connect_error)?);
+/// The one method the generator calls.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// HTTP/2 receive windows, per stream and per connection: a few MiB, so that the responses (about
+/// a hundred bytes each) never wait for a WINDOW_UPDATE.
+const STREAM_WINDOW: u32 = 4 << 20;
+const CONNECTION_WINDOW: u32 = 16 << 20;
+
+/// Length of a gRPC message prefix: a compression flag byte, then the length in 4 bytes.
+const GRPC_PREFIX: usize = 5;
+
+/// Where `--target` points: the address to dial, and the URI of the method there (its scheme and
+/// authority become every request's `:scheme` and `:authority`).
+#[derive(Clone, Debug)]
+struct Target {
+    addr: String,
+    uri: Uri,
+}
+
+impl Target {
+    /// Accepts `http://host[:port]` (port 80 by default): the generator speaks plain HTTP/2 only.
+    fn parse(target: &str) -> Result<Self, BenchError> {
+        let invalid = || {
+            BenchError::Invalid(format!(
+                "--target must be http://host:port (plain HTTP/2, no TLS), got {target:?}"
+            ))
+        };
+        let uri: Uri = target.parse().map_err(|_| invalid())?;
+        let plain = uri.scheme() == Some(&Scheme::HTTP)
+            && matches!(uri.path(), "" | "/")
+            && uri.query().is_none();
+        let authority = uri.authority().filter(|_| plain).ok_or_else(invalid)?;
+        let addr = format!(
+            "{}:{}",
+            authority.host(),
+            authority.port_u16().unwrap_or(80)
+        );
+        let uri = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(authority.clone())
+            .path_and_query(PathAndQuery::from_static(SHOULD_RATE_LIMIT))
+            .build()
+            .map_err(|_| invalid())?;
+        Ok(Target { addr, uri })
     }
-    Ok(channels)
+}
+
+/// Opens `count` HTTP/2 connections on the current runtime.
+async fn connect(
+    args: &BenchArgs,
+    target: &Target,
+    count: usize,
+) -> Result<Vec<RlsClient>, BenchError> {
+    let mut clients = Vec::with_capacity(count);
+    for _ in 0..count {
+        let send = open(&target.addr)
+            .await
+            .map_err(|source| BenchError::Connect {
+                target: args.target.clone(),
+                source,
+            })?;
+        clients.push(RlsClient {
+            send,
+            uri: target.uri.clone(),
+            timeout: args.timeout,
+        });
+    }
+    Ok(clients)
+}
+
+/// Dials `addr` and starts HTTP/2 on it. The connection runs as a task of its own on the current
+/// runtime; its error is not logged, since every call on a failed connection fails too and is
+/// counted. A lost connection is not reopened: its calls keep failing until the run ends.
+async fn open(addr: &str) -> Result<SendRequest<Bytes>, Box<dyn std::error::Error + Send + Sync>> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let (send, connection) = h2::client::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .enable_push(false)
+        .handshake(tcp)
+        .await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(send)
+}
+
+/// A worker's handle on one HTTP/2 connection. Clones share the connection, but each waits only
+/// for its own stream to open, so workers never queue behind one another.
+#[derive(Clone)]
+struct RlsClient {
+    send: SendRequest<Bytes>,
+    uri: Uri,
+    timeout: Duration,
+}
+
+impl RlsClient {
+    /// One `ShouldRateLimit` call sending `frame` (see [`encode_frame`]), bounded by `--timeout`.
+    async fn should_rate_limit(&mut self, frame: Bytes) -> Result<RateLimitResponse, CallError> {
+        let call = call(&mut self.send, grpc_request(&self.uri), frame);
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or(Err(CallError::Timeout))
+    }
+}
+
+/// Why a call failed. Failures are only counted; naming them keeps [`call`] readable.
+#[derive(Debug, PartialEq, Eq)]
+enum CallError {
+    /// The connection or the stream failed.
+    Http2,
+    /// The HTTP status was not 200.
+    HttpStatus,
+    /// `grpc-status` was missing or not 0.
+    GrpcStatus,
+    /// The body was not exactly one well-formed, uncompressed message.
+    Frame,
+    /// No answer within `--timeout`.
+    Timeout,
+}
+
+impl From<h2::Error> for CallError {
+    fn from(_: h2::Error) -> Self {
+        CallError::Http2
+    }
+}
+
+/// One unary gRPC call on a new stream: the request head, the one message `frame`, then the
+/// response's message and its status. On timeout the caller drops this future, and dropping the
+/// stream's handles resets the stream.
+async fn call(
+    send: &mut SendRequest<Bytes>,
+    head: Request<()>,
+    frame: Bytes,
+) -> Result<RateLimitResponse, CallError> {
+    std::future::poll_fn(|cx| send.poll_ready(cx)).await?;
+    let (response, mut request_body) = send.send_request(head, false)?;
+    request_body.send_data(frame, true)?;
+    let (head, mut body) = response.await?.into_parts();
+    if head.status != StatusCode::OK {
+        return Err(CallError::HttpStatus);
+    }
+    let message = read_body(&mut body).await?;
+    // A trailers-only response (how errors usually come) has its status in the headers.
+    let trailers = body.trailers().await?;
+    if !grpc_ok(trailers.as_ref().unwrap_or(&head.headers)) {
+        return Err(CallError::GrpcStatus);
+    }
+    decode_frame(&message)
+}
+
+/// The head of a gRPC request to `uri`.
+fn grpc_request(uri: &Uri) -> Request<()> {
+    let mut request = Request::new(());
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = uri.clone();
+    let headers = request.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(TE, HeaderValue::from_static("trailers"));
+    request
+}
+
+/// Reads a response body to its end, handing the flow-control capacity back as it arrives. The
+/// message nearly always comes in one DATA frame, which is kept as is; more are joined.
+async fn read_body(body: &mut RecvStream) -> Result<Bytes, CallError> {
+    let mut message = Bytes::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        body.flow_control().release_capacity(chunk.len())?;
+        message = if message.is_empty() {
+            chunk
+        } else {
+            [message, chunk].concat().into()
+        };
+    }
+    Ok(message)
+}
+
+/// Whether `headers` say `grpc-status: 0`.
+fn grpc_ok(headers: &HeaderMap) -> bool {
+    headers
+        .get("grpc-status")
+        .is_some_and(|status| status.as_bytes() == b"0")
+}
+
+/// Encodes `message` as one gRPC message (flag 0 for "uncompressed", the length in 4 bytes
+/// big-endian, the protobuf) at the end of `buf` and splits it off. Once the previous frame has
+/// been sent and dropped, `buf` takes its memory back: a worker's steady state allocates nothing.
+fn encode_frame(message: &impl Message, buf: &mut BytesMut) -> Bytes {
+    let len = message.encoded_len();
+    buf.reserve(GRPC_PREFIX + len);
+    buf.put_u8(0);
+    // Requests of a few descriptors are far below 4 GiB.
+    buf.put_u32(len as u32);
+    // Cannot fail: a `BytesMut` grows as needed.
+    let _ = message.encode(buf);
+    buf.split().freeze()
+}
+
+/// Decodes one gRPC message: uncompressed, and exactly as long as its prefix says.
+fn decode_frame<M: Message + Default>(frame: &[u8]) -> Result<M, CallError> {
+    match frame {
+        [0, a, b, c, d, message @ ..]
+            if u32::from_be_bytes([*a, *b, *c, *d]) as usize == message.len() =>
+        {
+            M::decode(message).map_err(|_| CallError::Frame)
+        }
+        _ => Err(CallError::Frame),
+    }
 }
 
 /// Runs one thread's workers from `start` for `duration` and returns their tallies.
 async fn drive(
     args: &BenchArgs,
     share: Share,
-    channels: &[Channel],
+    clients: &[RlsClient],
     keys: &Arc<KeySpace>,
     start: Instant,
     duration: Duration,
@@ -513,14 +725,11 @@ async fn drive(
             Some(interval) => start + interval.mul_f64(worker as f64 / args.concurrency as f64),
             None => start,
         };
-        let client = RateLimitServiceClient::new(channels[local % channels.len()].clone());
         let job = Worker {
-            client,
+            client: clients[local % clients.len()].clone(),
             keys: keys.clone(),
-            domain: args.domain.clone(),
-            key: args.key.clone(),
-            descriptors: args.descriptors,
-            hits: args.hits,
+            request: request_template(&args.domain, &args.key, args.descriptors, args.hits),
+            buf: BytesMut::new(),
             interval,
             rng: SmallRng::seed_from_u64(worker as u64 + 1),
         };
@@ -536,12 +745,12 @@ async fn drive(
 }
 
 struct Worker {
-    client: RateLimitServiceClient<Channel>,
+    client: RlsClient,
     keys: Arc<KeySpace>,
-    domain: String,
-    key: String,
-    descriptors: usize,
-    hits: u32,
+    /// Built once; each call only rewrites the descriptor values.
+    request: RateLimitRequest,
+    /// Where requests are encoded, reused from call to call.
+    buf: BytesMut,
     interval: Option<Duration>,
     rng: SmallRng,
 }
@@ -560,84 +769,89 @@ impl Worker {
                 tokio::time::sleep_until(next_send.into()).await;
                 next_send += interval;
             }
-            let request = self.request();
+            let frame = self.next_frame();
             let sent = Instant::now();
-            let outcome = self.client.should_rate_limit(request).await;
+            let outcome = self.client.should_rate_limit(frame).await;
             let micros = sent.elapsed().as_micros().min(u64::MAX as u128) as u64;
             let _ = stats.histogram.record(micros.max(1));
             match outcome {
-                Ok(response) if response.get_ref().overall_code == Code::OverLimit as i32 => {
+                Ok(response) if response.overall_code == Code::OverLimit as i32 => {
                     stats.denied += 1
                 }
                 Ok(_) => stats.allowed += 1,
-                Err(_) => stats.errors += 1,
+                Err(_) => {
+                    stats.errors += 1;
+                    // A dead connection fails calls without ever waiting: let the others run.
+                    tokio::task::yield_now().await;
+                }
             }
             done.fetch_add(1, Ordering::Relaxed);
         }
         stats
     }
 
-    fn request(&mut self) -> RateLimitRequest {
-        let keys = &self.keys;
-        let rng = &mut self.rng;
-        build_request(&self.domain, &self.key, self.descriptors, self.hits, |_| {
-            keys.sample(rng)
-        })
+    /// The next request, with freshly drawn values, encoded.
+    fn next_frame(&mut self) -> Bytes {
+        let (keys, rng) = (&self.keys, &mut self.rng);
+        set_values(&mut self.request, |_| keys.sample(rng));
+        encode_frame(&self.request, &mut self.buf)
     }
 }
 
-/// A request whose descriptor at `position` is `[(key, "{position}-{pick(position)}")]`.
-fn build_request(
-    domain: &str,
-    key: &str,
-    descriptors: usize,
-    hits: u32,
-    mut pick: impl FnMut(usize) -> u64,
-) -> RateLimitRequest {
-    let descriptors = (0..descriptors)
-        .map(|position| RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.to_string(),
-                value: format!("{position}-{}", pick(position)),
-            }],
-            ..Default::default()
-        })
-        .collect();
+/// A request with `descriptors` descriptors of one entry `(key, "")` each; [`set_values`] fills
+/// in the values.
+fn request_template(domain: &str, key: &str, descriptors: usize, hits: u32) -> RateLimitRequest {
+    let descriptor = RateLimitDescriptor {
+        entries: vec![Entry {
+            key: key.to_string(),
+            value: String::new(),
+        }],
+        ..Default::default()
+    };
     RateLimitRequest {
         domain: domain.to_string(),
-        descriptors,
+        descriptors: vec![descriptor; descriptors],
         hits_addend: hits,
+    }
+}
+
+/// Sets the value of the descriptor at `position` to `"{position}-{pick(position)}"`, in place:
+/// the strings keep their memory from call to call.
+fn set_values(request: &mut RateLimitRequest, mut pick: impl FnMut(usize) -> u64) {
+    for (position, descriptor) in request.descriptors.iter_mut().enumerate() {
+        let picked = pick(position);
+        for entry in &mut descriptor.entries {
+            entry.value.clear();
+            // Writing to a `String` cannot fail.
+            let _ = write!(entry.value, "{position}-{picked}");
+        }
     }
 }
 
 /// Sends `--prefill` rounds of one request for every key (all descriptor positions on the same
 /// key), `--concurrency` at a time. Errors are counted and reported, not fatal: the measured phase
 /// reports its own.
-async fn prefill(args: &BenchArgs, channels: &[Channel]) {
+async fn prefill(args: &BenchArgs, clients: &[RlsClient]) {
     let next = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let keys = args.keys;
+    let total = keys.saturating_mul(args.prefill);
     let mut tasks = Vec::with_capacity(args.concurrency);
     for worker in 0..args.concurrency {
-        let mut client = RateLimitServiceClient::new(channels[worker % channels.len()].clone());
+        let mut client = clients[worker % clients.len()].clone();
+        let mut request = request_template(&args.domain, &args.key, args.descriptors, args.hits);
         let (next, errors) = (next.clone(), errors.clone());
-        let (domain, key, descriptors, hits, keys) = (
-            args.domain.clone(),
-            args.key.clone(),
-            args.descriptors,
-            args.hits,
-            args.keys,
-        );
-        let total = keys.saturating_mul(args.prefill);
         tasks.push(tokio::spawn(async move {
+            let mut buf = BytesMut::new();
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= total {
                     break;
                 }
-                let k = n % keys;
-                let request = build_request(&domain, &key, descriptors, hits, |_| k);
-                if client.should_rate_limit(request).await.is_err() {
+                set_values(&mut request, |_| n % keys);
+                let frame = encode_frame(&request, &mut buf);
+                if client.should_rate_limit(frame).await.is_err() {
                     errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -905,6 +1119,76 @@ mod tests {
             ..args()
         };
         assert!(validate(&args).is_ok());
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let mut request = request_template("bench", "client", 2, 3);
+        set_values(&mut request, |position| position as u64 + 7);
+        assert_eq!(request.descriptors[1].entries[0].value, "1-8");
+        let mut buf = BytesMut::new();
+        let frame = encode_frame(&request, &mut buf);
+        assert_eq!(frame[0], 0, "uncompressed");
+        assert_eq!(
+            decode_frame::<RateLimitRequest>(&frame),
+            Ok(request.clone())
+        );
+        // Encoding again into the same buffer gives the same bytes.
+        assert_eq!(encode_frame(&request, &mut buf), frame);
+
+        let response = RateLimitResponse {
+            overall_code: Code::OverLimit as i32,
+            ..Default::default()
+        };
+        let frame = encode_frame(&response, &mut buf);
+        assert_eq!(decode_frame(&frame), Ok(response));
+        let mut compressed = frame.to_vec();
+        compressed[0] = 1;
+        let mut too_long = frame.to_vec();
+        too_long.push(0);
+        let bad: [&[u8]; 5] = [
+            &[],
+            &frame[..3],
+            &frame[..frame.len() - 1],
+            &compressed,
+            &too_long,
+        ];
+        for bad in bad {
+            assert_eq!(
+                decode_frame::<RateLimitResponse>(bad),
+                Err(CallError::Frame),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn target_must_be_plain_http() {
+        let target = Target::parse("http://127.0.0.1:8081").expect("plain http");
+        assert_eq!(target.addr, "127.0.0.1:8081");
+        assert_eq!(
+            target.uri.to_string(),
+            format!("http://127.0.0.1:8081{SHOULD_RATE_LIMIT}")
+        );
+        assert_eq!(
+            Target::parse("http://[::1]:9/").map(|t| t.addr).ok(),
+            Some("[::1]:9".into())
+        );
+        assert_eq!(
+            Target::parse("http://localhost").map(|t| t.addr).ok(),
+            Some("localhost:80".into())
+        );
+        for bad in [
+            "https://127.0.0.1:8081",
+            "127.0.0.1:8081",
+            "http://host/path",
+            "",
+        ] {
+            assert!(
+                matches!(Target::parse(bad), Err(BenchError::Invalid(_))),
+                "{bad}"
+            );
+        }
     }
 
     /// A thread that cannot connect must stop all of them at the first barrier, not hang them.
