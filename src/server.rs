@@ -1,13 +1,13 @@
 //! Thread-per-core serving: the gRPC and HTTP listeners feed a fixed set of worker threads, each
 //! with a single-threaded tokio runtime of its own.
 //!
-//! Why not one multi-threaded runtime: a rate-limit call does about two microseconds of work of
+//! Why not one multi-threaded runtime: a rate-limit call does a few microseconds of work of
 //! its own, and hyper runs every HTTP/2 stream as a task of its own. On a work-stealing runtime
 //! the stream task, the connection task and the socket wake-ups hop between threads (futex
 //! wake-ups, the LIFO slot running the connection task after every single response), so each
 //! response costs a system call and a cross-thread wake-up. On a single-threaded runtime the
 //! streams that one read brought in all run before the connection task writes, and their responses
-//! leave in one `writev`. Measured on two cores: about a third less CPU per request (see
+//! leave in one `writev`. Measured on two cores: less than half the CPU per request (see
 //! BENCHMARKS.md).
 //!
 //! One acceptor per listener runs on the main runtime and hands each accepted connection to the
