@@ -17,7 +17,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use support::{
-    RedisCluster, RedisServer, Slidegate, descriptor, http_get, send_signal, wait_until,
+    RedisCluster, RedisServer, Slidegate, descriptor, http_get, metric_value, send_signal,
+    wait_until,
 };
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
@@ -62,11 +63,7 @@ impl Rules {
 }
 
 fn request(entries: &[(&str, &str)]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: DOMAIN.to_string(),
-        descriptors: vec![descriptor(entries)],
-        hits_addend: 0,
-    }
+    support::request(DOMAIN, vec![descriptor(entries)])
 }
 
 /// What one call got, classified.
@@ -149,19 +146,6 @@ async fn load(
     })
 }
 
-/// The value of one series in Prometheus text (0 when missing).
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series)
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .unwrap_or(0.0)
-}
-
 fn metrics(server: &Slidegate) -> String {
     let (status, body) = server.get("/metrics");
     assert_eq!(status, 200, "GET /metrics");
@@ -172,7 +156,7 @@ fn store_errors(text: &str) -> f64 {
     ["timeout", "connection", "backend"]
         .iter()
         .map(|k| {
-            metric(
+            metric_value(
                 text,
                 &format!(r#"slidegate_store_errors_total{{kind="{k}"}}"#),
             )
@@ -358,7 +342,7 @@ async fn redis_killed_under_load_then_back_on_the_same_port() {
         assert!(failures >= 10, "{mode}: only {failures} failed calls");
 
         let m = metrics(server);
-        let counted = metric(
+        let counted = metric_value(
             &m,
             &format!(r#"slidegate_failure_mode_total{{mode="{mode}"}}"#),
         );
@@ -679,7 +663,7 @@ async fn redis_cluster_master_killed_replica_promoted() {
 /// Waits until `slidegate_config_reloads_total{result="failure"}` reaches `n`.
 fn wait_failures(server: &Slidegate, n: usize) -> bool {
     wait_until(Duration::from_secs(10), || {
-        metric(
+        metric_value(
             &metrics(server),
             r#"slidegate_config_reloads_total{result="failure"}"#,
         ) >= n as f64
@@ -798,7 +782,7 @@ async fn reload_faults(config: &Path, file: &Path) -> Slidegate {
     }
     old_rules_still_serve(&mut client, "start").await;
     let rlconfig = server.get("/rlconfig");
-    let rules_loaded = metric(&metrics(&server), "slidegate_rules_loaded");
+    let rules_loaded = metric_value(&metrics(&server), "slidegate_rules_loaded");
     assert!(rules_loaded >= 2.0);
 
     let mut failures = 0;
@@ -824,7 +808,11 @@ async fn reload_faults(config: &Path, file: &Path) -> Slidegate {
         old_rules_still_serve(&mut client, what).await;
         assert_eq!(server.get("/rlconfig"), rlconfig, "{what}");
         let m = metrics(&server);
-        assert_eq!(metric(&m, "slidegate_rules_loaded"), rules_loaded, "{what}");
+        assert_eq!(
+            metric_value(&m, "slidegate_rules_loaded"),
+            rules_loaded,
+            "{what}"
+        );
         assert!(
             healthy(&server),
             "{what}: health must not depend on a bad reload"
@@ -855,7 +843,7 @@ async fn reload_faults(config: &Path, file: &Path) -> Slidegate {
         // Put the good file back (a reload of the same rules may or may not be counted).
         replace(file, |p| std::fs::write(p, RULES).expect("write"));
         tokio::time::sleep(Duration::from_millis(600)).await;
-        failures = metric(
+        failures = metric_value(
             &metrics(&server),
             r#"slidegate_config_reloads_total{result="failure"}"#,
         ) as usize;
@@ -893,7 +881,7 @@ async fn reload_faults_keep_the_previous_rules_directory() {
 
     // Deleting one file of several is how a domain is removed: a successful reload.
     let successes = |server: &Slidegate| {
-        metric(
+        metric_value(
             &metrics(server),
             r#"slidegate_config_reloads_total{result="success"}"#,
         )
@@ -901,7 +889,10 @@ async fn reload_faults_keep_the_previous_rules_directory() {
     let before = successes(&server);
     std::fs::remove_file(rules.dir().join("other.yaml")).expect("delete other.yaml");
     assert!(wait_until(Duration::from_secs(10), || successes(&server) > before));
-    assert_eq!(metric(&metrics(&server), "slidegate_rules_loaded"), 2.0);
+    assert_eq!(
+        metric_value(&metrics(&server), "slidegate_rules_loaded"),
+        2.0
+    );
     assert!(!server.get("/rlconfig").1.contains("other"));
 }
 

@@ -25,9 +25,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use proptest::prelude::*;
@@ -37,7 +37,10 @@ use slidegate::limiter::{LimitError, Options, RateLimiter};
 use slidegate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE};
 use slidegate::service::{check, json};
 use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore};
-use support::{RedisServer, Slidegate, descriptor, require_program, rss_kib, wait_until};
+use support::{
+    RedisServer, Slidegate, call, descriptor, http_status, promtool_check_metrics, rss_kib,
+    wait_until,
+};
 use tonic::transport::Channel;
 
 /// Cases per property: enough to find shallow bugs on every CI run, fast in a debug build.
@@ -679,21 +682,7 @@ fn entry(key: &str, value: &str) -> Entry {
 }
 
 fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "hostile".to_string(),
-        descriptors,
-        hits_addend: 0,
-    }
-}
-
-async fn call(
-    client: &mut RateLimitServiceClient<Channel>,
-    req: RateLimitRequest,
-) -> RateLimitResponse {
-    match client.should_rate_limit(req).await {
-        Ok(r) => r.into_inner(),
-        Err(status) => panic!("call failed: {status:?}"),
-    }
+    support::request("hostile", descriptors)
 }
 
 /// gRPC abuse: thousands of descriptors, thousands of entries, megabyte values and domains, empty
@@ -893,13 +882,10 @@ fn raw_http(port: u16, request: &[u8]) -> (u16, Duration) {
     let _ = stream.write_all(request);
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, started.elapsed())
+    (
+        http_status(&String::from_utf8_lossy(&raw)),
+        started.elapsed(),
+    )
 }
 
 /// HTTP abuse on `/json` and `/check`: oversized bodies (with and without a Content-Length),
@@ -1127,7 +1113,7 @@ async fn metric_labels_are_escaped_and_bounded() {
     }
     let (_, text) = server.get("/metrics");
     assert!(!text.contains("\nfake_metric"), "a value injected a line");
-    promtool_check(&server, &text);
+    promtool_check_metrics(server.dir.path(), &text);
     let labels_before = text
         .lines()
         .filter(|l| l.starts_with("slidegate_near_limit_total{"))
@@ -1192,26 +1178,7 @@ async fn metric_labels_are_escaped_and_bounded() {
         (10_100 + labels_before - MAX_RULE_LABELS) as f64,
         "{labels_before} label sets before"
     );
-    promtool_check(&server, &text);
-}
-
-fn promtool_check(server: &Slidegate, text: &str) {
-    let Some(promtool) = require_program("promtool") else {
-        return;
-    };
-    let file = server.dir.path().join("metrics.txt");
-    std::fs::write(&file, text).expect("write metrics");
-    let out = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(std::fs::File::open(&file).expect("metrics file"))
-        .output()
-        .expect("promtool");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {stdout}{stderr}"
-    );
+    promtool_check_metrics(server.dir.path(), &text);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,15 +10,14 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use support::{
-    RedisServer, Slidegate, descriptor, free_port, require_program, slidegate_command, wait_until,
+    RedisServer, Slidegate, call, descriptor, free_port, metric_value, promtool_check_metrics,
+    request, slidegate_command, wait_until,
 };
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -109,24 +108,6 @@ impl Server {
     }
 }
 
-fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.to_string(),
-        descriptors,
-        hits_addend: 0,
-    }
-}
-
-async fn call(
-    client: &mut RateLimitServiceClient<Channel>,
-    req: RateLimitRequest,
-) -> RateLimitResponse {
-    match client.should_rate_limit(req).await {
-        Ok(response) => response.into_inner(),
-        Err(status) => panic!("ShouldRateLimit failed: {status:?}"),
-    }
-}
-
 fn headers(response: &RateLimitResponse) -> HashMap<String, String> {
     response
         .response_headers_to_add
@@ -155,16 +136,7 @@ impl Metrics {
     /// `slidegate_no_rule_total{domain="test"}` (labels in the order the encoder writes them:
     /// alphabetical). Missing series are 0.
     fn get(&self, series: &str) -> f64 {
-        self.0
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .find_map(|l| {
-                let (name, value) = l.rsplit_once(' ')?;
-                (name == series)
-                    .then(|| value.parse::<f64>().ok())
-                    .flatten()
-            })
-            .unwrap_or(0.0)
+        metric_value(&self.0, series)
     }
 }
 
@@ -983,21 +955,7 @@ async fn metrics_match_the_calls_made() {
     assert!(m.0.contains("# HELP slidegate_decisions_total"));
     assert!(m.0.contains("# TYPE slidegate_request_duration_seconds histogram"));
 
-    if let Some(promtool) = require_program("promtool") {
-        let file = server.dir.path().join("metrics.txt");
-        std::fs::write(&file, &m.0).expect("write metrics");
-        let out = Command::new(promtool)
-            .args(["check", "metrics"])
-            .stdin(std::fs::File::open(&file).expect("metrics file"))
-            .output()
-            .expect("promtool");
-        assert!(
-            out.status.success(),
-            "promtool check metrics: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    promtool_check_metrics(server.dir.path(), &m.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

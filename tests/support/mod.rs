@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 /// A free TCP port on 127.0.0.1: bound then released, and never the same port twice in one test
 /// process. The kernel may hand a just-released port out again, and a test that asks for two
@@ -246,42 +247,7 @@ impl RedisCluster {
     /// Starts 3 cluster-enabled servers, joins them with `redis-cli --cluster create` and waits
     /// for `cluster_state:ok` on every node. `None` when redis-server is missing outside CI.
     pub fn start() -> Option<RedisCluster> {
-        require_program("redis-cli")?;
-        let mut nodes = Vec::new();
-        for _ in 0..3 {
-            let port = free_port();
-            let conf = format!("nodes-{port}.conf");
-            let server = RedisServer::spawn(
-                &[
-                    "--port",
-                    &port.to_string(),
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf,
-                    "--cluster-node-timeout",
-                    "5000",
-                ],
-                port,
-            )?;
-            nodes.push(server);
-        }
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .arg("--cluster-yes")
-            .output()
-            .expect("redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let nodes = spawn_cluster(3, 0, &["--cluster-node-timeout", "5000"])?;
         let ok = wait_until(Duration::from_secs(20), || {
             nodes
                 .iter()
@@ -479,6 +445,71 @@ pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
+/// A request for `domain` with `descriptors` (no request-level `hits_addend`).
+pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+/// `ShouldRateLimit`, which must succeed (a gRPC error fails the test with its status).
+pub async fn call(
+    client: &mut RateLimitServiceClient<tonic::transport::Channel>,
+    req: RateLimitRequest,
+) -> RateLimitResponse {
+    match client.should_rate_limit(req).await {
+        Ok(response) => response.into_inner(),
+        Err(status) => panic!("ShouldRateLimit failed: {status:?}"),
+    }
+}
+
+/// The value of one series in Prometheus text, e.g. `slidegate_unknown_domain_total` or
+/// `slidegate_no_rule_total{domain="test"}` (labels in the order the encoder writes them:
+/// alphabetical). Missing series are 0.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series)
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .unwrap_or(0.0)
+}
+
+/// `promtool check metrics` on `text` (written to a file in `dir`): the exposition format must be
+/// valid. Skipped (outside CI) when promtool is missing.
+pub fn promtool_check_metrics(dir: &std::path::Path, text: &str) {
+    let Some(promtool) = require_program("promtool") else {
+        return;
+    };
+    let file = dir.join("metrics.txt");
+    std::fs::write(&file, text).expect("write metrics");
+    let out = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&file).expect("metrics file"))
+        .output()
+        .expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The status code of a raw HTTP/1.1 response (`HTTP/1.1 429 ...`), 0 when there is none.
+pub fn http_status(response: &str) -> u16 {
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `kill -NAME PID`.
 pub fn send_signal(pid: u32, name: &str) {
     let status = Command::new("kill")
@@ -511,11 +542,7 @@ pub fn http_get(port: u16, path: &str) -> (u16, String) {
         let mut raw = Vec::new();
         stream.read_to_end(&mut raw)?;
         let text = String::from_utf8_lossy(&raw);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        let status = http_status(&text);
         let body = text
             .split_once("\r\n\r\n")
             .map(|(_, b)| b.to_string())
@@ -536,45 +563,15 @@ impl RedisCluster {
         replicas: usize,
         node_timeout_ms: u64,
     ) -> Option<RedisCluster> {
-        require_program("redis-cli")?;
-        let mut nodes = Vec::new();
-        for _ in 0..masters * (1 + replicas) {
-            let port = free_port();
-            let conf = format!("nodes-{port}.conf");
-            let server = RedisServer::spawn(
-                &[
-                    "--port",
-                    &port.to_string(),
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf,
-                    "--cluster-node-timeout",
-                    &node_timeout_ms.to_string(),
-                    // The other masters keep serving while a failed one's slots are uncovered.
-                    "--cluster-require-full-coverage",
-                    "no",
-                ],
-                port,
-            )?;
-            nodes.push(server);
-        }
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
-            .output()
-            .expect("redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let timeout = node_timeout_ms.to_string();
+        let settings = [
+            "--cluster-node-timeout",
+            &timeout,
+            // The other masters keep serving while a failed one's slots are uncovered.
+            "--cluster-require-full-coverage",
+            "no",
+        ];
+        let nodes = spawn_cluster(masters, replicas, &settings)?;
         let ok = wait_until(Duration::from_secs(30), || {
             nodes.iter().all(|n| {
                 let info = n.cli(&["CLUSTER", "INFO"]);
@@ -586,4 +583,42 @@ impl RedisCluster {
         assert!(ok, "cluster with replicas did not become ready");
         Some(RedisCluster { nodes })
     }
+}
+
+/// Starts `masters * (1 + replicas)` cluster-enabled servers with `settings` and joins them with
+/// `redis-cli --cluster create ... --cluster-replicas N`. `None` when redis is missing outside CI.
+fn spawn_cluster(masters: usize, replicas: usize, settings: &[&str]) -> Option<Vec<RedisServer>> {
+    require_program("redis-cli")?;
+    let mut nodes = Vec::new();
+    for _ in 0..masters * (1 + replicas) {
+        let port = free_port();
+        let (port_arg, conf) = (port.to_string(), format!("nodes-{port}.conf"));
+        let mut args = vec![
+            "--port",
+            &port_arg,
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &conf,
+        ];
+        args.extend_from_slice(settings);
+        nodes.push(RedisServer::spawn(&args, port)?);
+    }
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "cluster create failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(nodes)
 }
