@@ -13,10 +13,12 @@ use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tonic::service::Routes;
 
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
+use slidegate::server::grpc::GrpcApp;
 use slidegate::server::{Apps, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
@@ -296,11 +298,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build_v1alpha()
         .context("cannot build gRPC reflection")?;
     let apps = Apps {
-        grpc: tonic::transport::Server::builder()
-            .add_service(health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(GrpcService::new(Arc::clone(&limiter))),
+        grpc: GrpcApp::new(
+            GrpcService::new(Arc::clone(&limiter)),
+            Routes::new(health_service)
+                .add_service(reflection_v1)
+                .add_service(reflection_v1alpha),
+        ),
         http: router(
             AppState {
                 limiter: Arc::clone(&limiter),

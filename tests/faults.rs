@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use prost::Message as _;
 use support::{
-    RedisCluster, RedisServer, Slidegate, descriptor, http_get, metric_value, send_signal,
-    wait_until,
+    RedisCluster, RedisServer, Slidegate, descriptor, grpc_frame, http_get, metric_value,
+    raw_should_rate_limit, send_signal, wait_until,
 };
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
@@ -465,6 +466,56 @@ async fn redis_frozen_calls_time_out_and_memory_stays_flat() {
     eprintln!(
         "hits recorded by calls answered UNAVAILABLE: {}",
         hits_after.saturating_sub(hits_before + 1)
+    );
+}
+
+/// Envoy sends its call timeout as `grpc-timeout`. With Redis frozen and a long store timeout,
+/// a call whose deadline passes first is answered `DEADLINE_EXCEEDED` at its deadline, not held
+/// until the store gives up; a call without one waits for the store timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_deadline_ends_the_call_before_the_store_timeout() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let rules = Rules::new(RULES);
+    let server = Slidegate::start(
+        &rules.dir(),
+        &["--redis-url", &redis.url(), "--redis-timeout", "3s"],
+    );
+    assert!(wait_until(Duration::from_secs(10), || healthy(&server)));
+    let mut client = server.client().await;
+    let req = request(&[("user", "deadline")]);
+    let warm = classify(client.should_rate_limit(req.clone()).await);
+    assert_eq!(warm, Answer::Store(Code::Ok));
+
+    send_signal(redis.process.pid(), "STOP");
+    // Written by hand: tonic's client would enforce the deadline itself and hide the server's.
+    let started = Instant::now();
+    let answer = raw_should_rate_limit(
+        server.grpc_port,
+        &[("grpc-timeout", "300m")],
+        grpc_frame(&req.encode_to_vec()),
+    )
+    .await;
+    let with_deadline = started.elapsed();
+    let started = Instant::now();
+    let without = classify(client.should_rate_limit(req.clone()).await);
+    let without_deadline = started.elapsed();
+    send_signal(redis.process.pid(), "CONT");
+
+    // DEADLINE_EXCEEDED is 4.
+    assert_eq!(answer.status.as_deref(), Some("4"), "{answer:?}");
+    assert!(
+        with_deadline >= Duration::from_millis(300) && with_deadline < Duration::from_millis(1500),
+        "a 300 ms deadline answered after {with_deadline:?}"
+    );
+    assert!(
+        matches!(without, Answer::Error(tonic::Code::Unavailable, _)),
+        "{without:?}"
+    );
+    assert!(
+        without_deadline >= Duration::from_millis(2500),
+        "no deadline, 3 s store timeout, answered after {without_deadline:?}"
     );
 }
 

@@ -32,14 +32,15 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use prost::Message as _;
 use slidegate::config::{RuleSet, load_sources};
 use slidegate::limiter::{LimitError, Options, RateLimiter};
 use slidegate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE};
 use slidegate::service::{check, json};
 use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore};
 use support::{
-    RedisServer, Slidegate, call, descriptor, http_status, promtool_check_metrics, rss_kib,
-    wait_until,
+    RedisServer, Slidegate, call, descriptor, grpc_frame, http_status, promtool_check_metrics,
+    raw_should_rate_limit, rss_kib, wait_until,
 };
 use tonic::transport::Channel;
 
@@ -800,6 +801,45 @@ async fn abusive_grpc_requests_are_refused_quickly() {
         }
         assert!(elapsed < Duration::from_secs(1), "{what} took {elapsed:?}");
         eprintln!("{what}: refused in {elapsed:?}");
+    }
+    // 20 KiB of metadata, over the 16 KiB of headers HTTP/2 allows here: that call is refused
+    // (431, stream refused) and the connection goes on serving.
+    let mut oversized = tonic::Request::new(request(vec![descriptor(&[("plain", "v")])]));
+    let padding = "p".repeat(20 << 10).parse().expect("ASCII metadata");
+    oversized.metadata_mut().insert("x-padding", padding);
+    let started = Instant::now();
+    let refused = client.should_rate_limit(oversized).await;
+    assert!(refused.is_err(), "20 KiB of headers accepted");
+    assert!(started.elapsed() < Duration::from_secs(1));
+
+    // Bodies no gRPC library would send, written by hand: a clear status each, never a hang.
+    let valid = request(vec![descriptor(&[("plain", "raw")])]).encode_to_vec();
+    let mut two = grpc_frame(&valid);
+    two.extend_from_slice(&grpc_frame(&valid));
+    let mut compressed = grpc_frame(&valid);
+    compressed[0] = 1;
+    let mut truncated = grpc_frame(&valid);
+    truncated.pop();
+    let raw_cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        ("no message", Vec::new(), "3", "no message"),
+        ("half a prefix", vec![0, 0], "3", "no message"),
+        ("a truncated message", truncated, "3", "ends inside"),
+        ("two messages", two, "3", "one message"),
+        (
+            "bytes that are not protobuf",
+            grpc_frame(&[0xff; 16]),
+            "3",
+            "cannot decode",
+        ),
+        ("a compressed message", compressed, "12", "compressed"),
+    ];
+    for (what, body, status, message) in raw_cases {
+        let started = Instant::now();
+        let answer = raw_should_rate_limit(server.grpc_port, &[], body).await;
+        assert_eq!(answer.status.as_deref(), Some(status), "{what}: {answer:?}");
+        let text = answer.message.unwrap_or_default();
+        assert!(text.contains(message), "{what}: {text:?} lacks {message:?}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{what}");
     }
     let rss_after = server.rss_kib();
     eprintln!("RSS {rss_before} KiB before, {rss_after} KiB after");

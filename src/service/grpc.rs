@@ -18,7 +18,6 @@
 //! A malformed request is `INVALID_ARGUMENT` with a message naming the field; a store failure with
 //! `--failure-mode error` is `UNAVAILABLE`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,10 +28,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tonic::Status;
-use tonic::codec::{BufferSettings, Codec};
-use tonic::codegen::{Body as HttpBody, BoxFuture, Context, Poll, Service, StdError, http};
-use tonic::server::{Grpc, NamedService, UnaryService};
-use tonic_prost::{ProstDecoder, ProstEncoder};
 
 use super::{unit_from_override, unit_to_proto};
 use crate::limiter::{
@@ -44,28 +39,23 @@ use crate::metrics::Transport;
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
 
-/// The `RateLimitService` server: add it to a tonic router.
-///
-/// Written here instead of envoy-types' generated `RateLimitServiceServer`, for two reasons of
-/// cost on the hot path. The generated server gives every call tonic's default codec buffers,
-/// 8 KiB to decode and 8 KiB to encode, where a rate-limit request and its answer take about a
-/// hundred bytes; and it boxes three futures per call where one does. Behaviour is the same:
-/// unknown methods answer `UNIMPLEMENTED`, messages are capped at tonic's default 4 MiB.
+/// The `RateLimitService`: decodes a `ShouldRateLimit` call for the limiter and encodes its
+/// answer. [`crate::server::grpc`] serves it over HTTP/2.
 #[derive(Debug, Clone)]
 pub struct GrpcService {
     limiter: Arc<RateLimiter>,
 }
 
 /// The method's path, as Envoy calls it.
-const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 impl GrpcService {
     pub fn new(limiter: Arc<RateLimiter>) -> Self {
         GrpcService { limiter }
     }
 
-    /// `ShouldRateLimit`: decode, decide, encode.
-    async fn should_rate_limit(
+    /// `ShouldRateLimit`: decide, encode, and count the call.
+    pub async fn should_rate_limit(
         &self,
         proto: RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
@@ -79,73 +69,6 @@ impl GrpcService {
             Err(LimitError::InvalidArgument(message)) => Err(Status::invalid_argument(message)),
             Err(error @ LimitError::Unavailable(_)) => Err(Status::unavailable(error.to_string())),
         }
-    }
-}
-
-impl NamedService for GrpcService {
-    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
-}
-
-impl<B> Service<http::Request<B>> for GrpcService
-where
-    B: HttpBody + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Infallible>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if request.uri().path() != SHOULD_RATE_LIMIT {
-            return Box::pin(async { Ok(Status::unimplemented("").into_http()) });
-        }
-        let method = ShouldRateLimit(self.clone());
-        Box::pin(async move { Ok(Grpc::new(SmallBuffers).unary(method, request).await) })
-    }
-}
-
-/// The unary method as tonic's server machinery wants it.
-struct ShouldRateLimit(GrpcService);
-
-impl UnaryService<RateLimitRequest> for ShouldRateLimit {
-    type Response = RateLimitResponse;
-    type Future = BoxFuture<tonic::Response<RateLimitResponse>, Status>;
-
-    fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
-        let service = self.0.clone();
-        Box::pin(async move {
-            let response = service.should_rate_limit(request.into_inner()).await?;
-            Ok(tonic::Response::new(response))
-        })
-    }
-}
-
-/// Prost encoding with buffers sized for rate-limit messages (they grow for larger ones).
-struct SmallBuffers;
-
-impl SmallBuffers {
-    fn settings() -> BufferSettings {
-        // 32 KiB: tonic's default threshold (it only matters for streams).
-        BufferSettings::new(512, 32 * 1024)
-    }
-}
-
-impl Codec for SmallBuffers {
-    type Encode = RateLimitResponse;
-    type Decode = RateLimitRequest;
-    type Encoder = ProstEncoder<RateLimitResponse>;
-    type Decoder = ProstDecoder<RateLimitRequest>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(Self::settings())
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(Self::settings())
     }
 }
 

@@ -2,13 +2,14 @@
 //! with a single-threaded tokio runtime of its own.
 //!
 //! Why not one multi-threaded runtime: a rate-limit call does a few microseconds of work of
-//! its own, and hyper runs every HTTP/2 stream as a task of its own. On a work-stealing runtime
-//! the stream task, the connection task and the socket wake-ups hop between threads (futex
-//! wake-ups, the LIFO slot running the connection task after every single response), so each
-//! response costs a system call and a cross-thread wake-up. On a single-threaded runtime the
-//! streams that one read brought in all run before the connection task writes, and their responses
-//! leave in one `writev`. Measured on two cores: less than half the CPU per request (see
-//! BENCHMARKS.md).
+//! its own, and HTTP/2 servers run calls as tasks of their own (hyper, for the HTTP port, one
+//! per stream). On a work-stealing runtime those tasks, the connection task and the socket
+//! wake-ups hop between threads (futex wake-ups, the LIFO slot running the connection task
+//! after every single response), so each response costs a system call and a cross-thread
+//! wake-up. On a single-threaded runtime the calls that one read brought in all run before the
+//! connection writes, and their responses leave in one `writev`. Measured on two cores: less
+//! than half the CPU per request (see BENCHMARKS.md). The gRPC port goes one step further and
+//! runs its calls inside the connection's task ([`grpc`]).
 //!
 //! One acceptor per listener runs on the main runtime and hands each accepted connection to the
 //! next worker in turn. Round robin rather than `SO_REUSEPORT`: Envoy opens few, long-lived
@@ -21,13 +22,16 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio::task::JoinSet;
 
-/// What every worker serves: the gRPC router and the HTTP app. Cloned once per worker.
+pub mod grpc;
+
+use grpc::GrpcApp;
+
+/// What every worker serves: the gRPC services and the HTTP app. Cloned once per worker.
 #[derive(Clone)]
 pub struct Apps {
-    pub grpc: tonic::transport::server::Router,
+    pub grpc: GrpcApp,
     pub http: axum::Router,
 }
 
@@ -161,16 +165,44 @@ impl Worker {
     }
 
     async fn serve(self) -> String {
-        let grpc_incoming = UnboundedReceiverStream::new(self.grpc).map(TcpStream::from_std);
-        let grpc = self
-            .apps
-            .grpc
-            .serve_with_incoming_shutdown(grpc_incoming, stopped(self.stop.clone()));
+        let grpc = serve_grpc(self.grpc, self.apps.grpc, self.stop.clone());
         let http = axum::serve(Handoffs(self.http), self.apps.http)
             .with_graceful_shutdown(stopped(self.stop));
-        let (grpc, http) = tokio::join!(grpc, http);
-        format!("gRPC: {}, HTTP: {}", outcome(grpc), outcome(http))
+        let ((), http) = tokio::join!(grpc, http);
+        format!("gRPC: stopped, HTTP: {}", outcome(http))
     }
+}
+
+/// Serves the gRPC connections handed to this worker, each as a task of its own, until `stop`;
+/// then waits for them to finish their calls.
+async fn serve_grpc(
+    mut handoffs: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    app: GrpcApp,
+    stop: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    let mut stopping = std::pin::pin!(stopped(stop.clone()));
+    let mut open = true;
+    loop {
+        tokio::select! {
+            () = &mut stopping => break,
+            handoff = handoffs.recv(), if open => match handoff.map(TcpStream::from_std) {
+                Some(Ok(io)) => {
+                    let served = grpc::serve_connection(io, app.clone(), stop.clone());
+                    connections.spawn(async move {
+                        if let Err(error) = served.await {
+                            tracing::debug!(%error, "gRPC connection ended");
+                        }
+                    });
+                }
+                Some(Err(error)) => tracing::warn!(%error, "cannot take over a connection"),
+                // The acceptor stopped: only the shutdown signal ends this server now.
+                None => open = false,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    while connections.join_next().await.is_some() {}
 }
 
 fn outcome<E: std::fmt::Display>(result: Result<(), E>) -> String {

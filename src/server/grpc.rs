@@ -1,0 +1,414 @@
+//! gRPC over HTTP/2, served with the `h2` crate directly rather than through tonic's server.
+//!
+//! Why: a `ShouldRateLimit` call is a hundred bytes in and out, and slidegate's own work on it,
+//! proto in to proto out, takes about 3 µs. Through tonic's server every call also crossed
+//! hyper's per-stream task (one spawn, one large future moved onto the heap), tonic's layers
+//! (error recovery, `grpc-timeout`, an axum router) and its streaming codec, which together cost
+//! more than the decision. Here the connection's own task reads each call's one message, decides
+//! and queues the answer; the answers that one read's calls produce leave in one write.
+//!
+//! Only `ShouldRateLimit`, the call Envoy makes on every request, takes that path. Every other
+//! method (health, reflection, and unknown ones, which answer `UNIMPLEMENTED`) goes to tonic's
+//! [`Routes`] through a small bridge, so those services stay tonic's.
+//!
+//! What the fast path keeps of tonic's behaviour: messages up to 4 MiB (larger ones are
+//! `OUT_OF_RANGE` before they are read), `grpc-timeout` (`DEADLINE_EXCEEDED` when it passes),
+//! errors as trailers-only responses with a percent-encoded `grpc-message`. Compressed messages
+//! are `UNIMPLEMENTED`: Envoy does not compress rate-limit calls.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use futures::stream::{FuturesUnordered, StreamExt as _};
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http_body::{Body as _, Frame};
+use prost::Message;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tonic::Status;
+use tonic::codegen::Service;
+use tonic::service::Routes;
+
+use crate::service::grpc::{GrpcService, SHOULD_RATE_LIMIT};
+
+/// The largest request message, as tonic's default.
+const MAX_MESSAGE: usize = 4 << 20;
+
+/// A call in progress on a connection.
+type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the gRPC port serves: the rate-limit service inline, everything else through tonic.
+#[derive(Clone)]
+pub struct GrpcApp {
+    rate_limit: GrpcService,
+    others: Routes,
+}
+
+impl GrpcApp {
+    pub fn new(rate_limit: GrpcService, others: Routes) -> Self {
+        GrpcApp { rate_limit, others }
+    }
+
+    /// Starts one call: `ShouldRateLimit` inline, anything else through tonic's routes.
+    fn call(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) -> Call {
+        if request.uri().path() == SHOULD_RATE_LIMIT {
+            let service = self.rate_limit.clone();
+            Box::pin(unary(
+                request,
+                respond,
+                move |message: RateLimitRequest| async move { service.should_rate_limit(message).await },
+            ))
+        } else {
+            Box::pin(bridge(self.others.clone(), request, respond))
+        }
+    }
+}
+
+/// Serves one HTTP/2 connection until the client closes it, or until `stop` (then it sends
+/// GOAWAY and finishes the calls in flight).
+pub async fn serve_connection(
+    io: TcpStream,
+    app: GrpcApp,
+    stop: watch::Receiver<bool>,
+) -> Result<(), h2::Error> {
+    let mut stop = std::pin::pin!(super::stopped(stop));
+    let handshake = settings().handshake(io);
+    let mut connection = tokio::select! {
+        connection = handshake => connection?,
+        () = &mut stop => return Ok(()),
+    };
+    let mut calls = FuturesUnordered::<Call>::new();
+    let mut stopping = false;
+    // Each round: take every call the connection has read, then run every call that can go on.
+    // Polling the connection also writes what is queued, so the answers of one round leave in
+    // one write; polling it between calls would send each answer in a write of its own. Queued
+    // answers wake this task, and the next round writes them.
+    poll_fn(|cx| {
+        if !stopping && stop.as_mut().poll(cx).is_ready() {
+            connection.graceful_shutdown();
+            stopping = true;
+        }
+        loop {
+            match connection.poll_accept(cx) {
+                Poll::Ready(Some(Ok((request, respond)))) => calls.push(app.call(request, respond)),
+                Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(error)),
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => break,
+            }
+        }
+        while let Poll::Ready(Some(())) = calls.poll_next_unpin(cx) {}
+        Poll::Pending
+    })
+    .await
+}
+
+/// HTTP/2 settings as hyper's server had them: 1 MiB flow-control windows and a 16 KiB limit
+/// on a request's headers. No limit on concurrent streams (tonic set none either): Envoy
+/// multiplexes all of a worker's calls on one connection.
+fn settings() -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(1 << 20)
+        .initial_connection_window_size(1 << 20)
+        .max_header_list_size(16 << 10);
+    builder
+}
+
+/// A unary call served inline: read one message, run `handler`, answer its message or status.
+async fn unary<Req, Resp, F, Fut>(
+    request: http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    handler: F,
+) where
+    Req: Message + Default,
+    Resp: Message,
+    F: FnOnce(Req) -> Fut,
+    Fut: Future<Output = Result<Resp, Status>>,
+{
+    let timeout = grpc_timeout(request.headers());
+    let outcome = async {
+        let message = read_message::<Req>(request.into_body()).await?;
+        handler(message).await
+    };
+    let outcome = match timeout {
+        None => outcome.await,
+        Some(timeout) => tokio::time::timeout(timeout, outcome)
+            .await
+            .unwrap_or_else(|_| Err(Status::deadline_exceeded("the call's grpc-timeout passed"))),
+    };
+    // An error here means the client reset the stream or left: nobody is waiting any more.
+    let _ = match outcome {
+        Ok(message) => send_message(&mut respond, &message),
+        Err(status) => send_status(&mut respond, &status),
+    };
+}
+
+/// Reads a request body that holds exactly one gRPC message and decodes it.
+async fn read_message<M: Message + Default>(mut body: RecvStream) -> Result<M, Status> {
+    let mut received = Received::default();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|error| Status::cancelled(error.to_string()))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        received.push(chunk);
+        if let Some(length) = message_length(received.bytes())?
+            && received.bytes().len() > 5 + length
+        {
+            return Err(Status::invalid_argument("a unary call takes one message"));
+        }
+    }
+    let bytes = received.bytes();
+    let Some(length) = message_length(bytes)? else {
+        return Err(Status::invalid_argument("the request has no message"));
+    };
+    let message = bytes
+        .get(5..5 + length)
+        .ok_or_else(|| Status::invalid_argument("the request ends inside its message"))?;
+    M::decode(message)
+        .map_err(|error| Status::invalid_argument(format!("cannot decode the request: {error}")))
+}
+
+/// The bytes of a request body, not copied when they arrive in one DATA frame (as Envoy's do).
+#[derive(Default)]
+struct Received {
+    first: Bytes,
+    joined: BytesMut,
+}
+
+impl Received {
+    fn push(&mut self, chunk: Bytes) {
+        if self.first.is_empty() && self.joined.is_empty() {
+            self.first = chunk;
+            return;
+        }
+        if !self.first.is_empty() {
+            self.joined
+                .extend_from_slice(&std::mem::take(&mut self.first));
+        }
+        self.joined.extend_from_slice(&chunk);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.joined.is_empty() {
+            &self.first
+        } else {
+            &self.joined
+        }
+    }
+}
+
+/// The length of the message whose 5-byte gRPC prefix starts `bytes`, once the prefix is in.
+fn message_length(bytes: &[u8]) -> Result<Option<usize>, Status> {
+    let Some(&[compressed, a, b, c, d]) = bytes.get(..5) else {
+        return Ok(None);
+    };
+    if compressed != 0 {
+        return Err(Status::unimplemented(
+            "compressed messages are not supported; send grpc-encoding identity",
+        ));
+    }
+    let length = u32::from_be_bytes([a, b, c, d]) as usize;
+    if length > MAX_MESSAGE {
+        return Err(Status::out_of_range(format!(
+            "message length too large: found {length} bytes, the limit is {MAX_MESSAGE} bytes"
+        )));
+    }
+    Ok(Some(length))
+}
+
+/// `grpc-timeout`: up to 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`). Anything else is
+/// ignored, as if the client had set no deadline.
+fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.as_bytes();
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let amount: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(amount * 3600),
+        b'M' => Duration::from_secs(amount * 60),
+        b'S' => Duration::from_secs(amount),
+        b'm' => Duration::from_millis(amount),
+        b'u' => Duration::from_micros(amount),
+        b'n' => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// Response headers, trailers-only responses included.
+fn response_head() -> http::Response<()> {
+    let mut head = http::Response::new(());
+    head.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    head
+}
+
+/// Answers one message, then `grpc-status: 0`.
+fn send_message<M: Message>(
+    respond: &mut SendResponse<Bytes>,
+    message: &M,
+) -> Result<(), h2::Error> {
+    let length = message.encoded_len();
+    let mut frame = BytesMut::with_capacity(5 + length);
+    frame.put_u8(0);
+    // A response is a few hundred bytes; the request's own 4 MiB cap bounds it far below 4 GiB.
+    frame.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
+    message.encode_raw(&mut frame);
+    let mut stream = respond.send_response(response_head(), false)?;
+    stream.send_data(frame.freeze(), false)?;
+    let mut trailers = HeaderMap::with_capacity(1);
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    stream.send_trailers(trailers)
+}
+
+/// Answers an error as a trailers-only response.
+fn send_status(respond: &mut SendResponse<Bytes>, status: &Status) -> Result<(), h2::Error> {
+    let mut head = response_head();
+    if status.add_header(head.headers_mut()).is_err() {
+        // Only a status with binary details can fail to encode; ours have none.
+        let _ = Status::internal("").add_header(head.headers_mut());
+    }
+    respond.send_response(head, true).map(drop)
+}
+
+/// Any other method: hand the stream to tonic's routes and copy their answer back.
+async fn bridge(
+    mut routes: Routes,
+    request: http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+) {
+    let request = request.map(|body| tonic::body::Body::new(Incoming::new(body)));
+    let ready =
+        poll_fn(|cx| Service::<http::Request<tonic::body::Body>>::poll_ready(&mut routes, cx));
+    let Ok(()) = ready.await;
+    let Ok(response) = routes.call(request).await;
+    let (head, body) = response.into_parts();
+    let end = body.is_end_stream();
+    let Ok(mut stream) = respond.send_response(http::Response::from_parts(head, ()), end) else {
+        return;
+    };
+    if !end {
+        let _ = copy_body(body, &mut stream).await;
+    }
+}
+
+/// Copies a response body (a health `Watch` stream among them) until it ends or the client
+/// resets the stream.
+async fn copy_body(
+    mut body: tonic::body::Body,
+    stream: &mut SendStream<Bytes>,
+) -> Result<(), h2::Error> {
+    loop {
+        let next = tokio::select! {
+            frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)) => frame,
+            _ = poll_fn(|cx| stream.poll_reset(cx)) => return Ok(()),
+        };
+        let frame = match next {
+            None => return stream.send_data(Bytes::new(), true),
+            Some(Ok(frame)) => frame,
+            Some(Err(_)) => {
+                stream.send_reset(h2::Reason::INTERNAL_ERROR);
+                return Ok(());
+            }
+        };
+        match frame.into_data() {
+            Ok(data) => stream.send_data(data, false)?,
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    return stream.send_trailers(trailers);
+                }
+            }
+        }
+    }
+}
+
+/// A request body as an `http_body::Body`, for tonic's routes.
+struct Incoming {
+    stream: RecvStream,
+    data_done: bool,
+}
+
+impl Incoming {
+    fn new(stream: RecvStream) -> Self {
+        Incoming {
+            stream,
+            data_done: false,
+        }
+    }
+}
+
+impl http_body::Body for Incoming {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if !self.data_done {
+            match ready!(self.stream.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.stream.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                None => self.data_done = true,
+            }
+        }
+        self.stream
+            .poll_trailers(cx)
+            .map(|trailers| trailers.transpose().map(|t| t.map(Frame::trailers)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.stream.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout(value: &'static str) -> Option<Duration> {
+        let mut headers = HeaderMap::new();
+        headers.insert("grpc-timeout", HeaderValue::from_static(value));
+        grpc_timeout(&headers)
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_spec_writes_them() {
+        assert_eq!(timeout("20m"), Some(Duration::from_millis(20)));
+        assert_eq!(timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "m", "20", "20x", "+20m", "123456789m", "2 m"] {
+            assert_eq!(timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn message_prefixes_are_checked_before_the_message_is_read() {
+        assert_eq!(message_length(&[0, 0, 0]).ok(), Some(None));
+        assert_eq!(message_length(&[0, 0, 0, 1, 0]).ok(), Some(Some(256)));
+        let compressed = message_length(&[1, 0, 0, 0, 1]).err().map(|s| s.code());
+        assert_eq!(compressed, Some(tonic::Code::Unimplemented));
+        let huge = message_length(&[0, 0x7f, 0, 0, 0]).err().map(|s| s.code());
+        assert_eq!(huge, Some(tonic::Code::OutOfRange));
+    }
+
+    #[test]
+    fn bodies_in_several_frames_are_joined() {
+        let mut received = Received::default();
+        received.push(Bytes::from_static(b"ab"));
+        assert_eq!(received.bytes(), b"ab");
+        received.push(Bytes::from_static(b"cd"));
+        received.push(Bytes::from_static(b"e"));
+        assert_eq!(received.bytes(), b"abcde");
+    }
+}
