@@ -855,6 +855,57 @@ async fn abusive_grpc_requests_are_refused_quickly() {
     assert_eq!(r.overall_code(), Code::Ok);
 }
 
+/// A client that opens calls and never finishes their bodies can hold at most 1024 of them on one
+/// connection: the server says so in its HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`, which clients
+/// must honour (h2 refuses streams beyond it). With 1023 such calls held open, the connection's
+/// last call and other connections are still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_calls_are_bounded_per_connection() {
+    let rules = Rules::new();
+    let server = Slidegate::start(rules.path(), &[]);
+    let io = tokio::net::TcpStream::connect(("127.0.0.1", server.grpc_port))
+        .await
+        .expect("connect");
+    let (sender, connection) = h2::client::handshake(io).await.expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    let mut sender = sender.ready().await.expect("ready");
+    // Let the server's SETTINGS arrive before counting streams.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(sender.current_max_send_streams(), 1024);
+    let uri = format!(
+        "http://127.0.0.1:{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        server.grpc_port
+    );
+    let mut half_sent = Vec::new();
+    for _ in 0..1024 {
+        let call = http::Request::post(uri.as_str())
+            .header("content-type", "application/grpc")
+            .body(())
+            .expect("request");
+        sender = sender.ready().await.expect("ready");
+        half_sent.push(sender.send_request(call, false).expect("open a call"));
+    }
+    // All 1024 are open on the server (none refused): one of them still gets its answer.
+    let (response, mut body) = half_sent.pop().expect("a call");
+    let frame = grpc_frame(&request(vec![descriptor(&[("plain", "last")])]).encode_to_vec());
+    body.send_data(bytes::Bytes::from(frame), true)
+        .expect("send the body");
+    let answer = tokio::time::timeout(Duration::from_secs(2), response)
+        .await
+        .expect("answered in time")
+        .expect("answered");
+    assert_eq!(answer.status(), 200);
+
+    let mut client = server.client().await;
+    let r = call(
+        &mut client,
+        request(vec![descriptor(&[("plain", "other")])]),
+    )
+    .await;
+    assert_eq!(r.overall_code(), Code::Ok);
+    drop(half_sent);
+}
+
 /// A sliding log stores every hit (one sorted-set member each in Redis), so `hits_addend` is the
 /// one request field that multiplies work. Against a real Redis: 10^7 hits on a client-chosen
 /// limit of 2^32 - 1 per year are refused before Redis sees them; the largest allowed

@@ -108,15 +108,21 @@ pub async fn serve_connection(
     .await
 }
 
-/// HTTP/2 settings as hyper's server had them: 1 MiB flow-control windows and a 16 KiB limit
-/// on a request's headers. No limit on concurrent streams (tonic set none either): Envoy
-/// multiplexes all of a worker's calls on one connection.
+/// Concurrent calls one connection may have open. Each open call holds a little memory until its
+/// body arrives, so without a bound one client could hold any number of half-sent calls. A
+/// client at the bound waits or opens another connection (Envoy's pool does the latter); 1024
+/// calls in flight on one connection is far beyond what a millisecond of latency needs.
+pub const MAX_CONCURRENT_CALLS: u32 = 1024;
+
+/// HTTP/2 settings: 1 MiB flow-control windows and a 16 KiB limit on a request's headers (as
+/// hyper's server had them), and [`MAX_CONCURRENT_CALLS`].
 fn settings() -> h2::server::Builder {
     let mut builder = h2::server::Builder::new();
     builder
         .initial_window_size(1 << 20)
         .initial_connection_window_size(1 << 20)
-        .max_header_list_size(16 << 10);
+        .max_header_list_size(16 << 10)
+        .max_concurrent_streams(MAX_CONCURRENT_CALLS);
     builder
 }
 
