@@ -855,6 +855,53 @@ async fn abusive_grpc_requests_are_refused_quickly() {
     assert_eq!(r.overall_code(), Code::Ok);
 }
 
+/// Request bodies of arbitrary bytes, written by hand over HTTP/2 (random bytes, a valid 5-byte
+/// prefix on random bytes, prefixes that lie about the length or the compression): every one
+/// gets a gRPC status from the set a bad request may get, within a second, and the server keeps
+/// answering.
+#[test]
+fn grpc_bodies_of_arbitrary_bytes_get_a_status() {
+    let rules = Rules::new();
+    let server = Slidegate::start(rules.path(), &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let body = prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..600),
+        proptest::collection::vec(any::<u8>(), 0..600).prop_map(|m| grpc_frame(&m)),
+        (
+            any::<u8>(),
+            any::<u32>(),
+            proptest::collection::vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|(flag, length, rest)| {
+                let mut body = vec![flag % 3];
+                body.extend_from_slice(&length.to_be_bytes());
+                body.extend_from_slice(&rest);
+                body
+            }),
+    ];
+    runner()
+        .run(&body, |body| {
+            let started = Instant::now();
+            let call = raw_should_rate_limit(server.grpc_port, &[], body);
+            let answer = runtime
+                .block_on(async { tokio::time::timeout(Duration::from_secs(2), call).await })
+                .map_err(|_| TestCaseError::fail("no answer within 2 s"))?;
+            // OK (bytes that happen to decode as a request), INVALID_ARGUMENT, OUT_OF_RANGE,
+            // UNIMPLEMENTED (the compressed flag).
+            let status = answer.status.as_deref().unwrap_or("none");
+            prop_assert!(["0", "3", "11", "12"].contains(&status), "{answer:?}");
+            prop_assert!(started.elapsed() < Duration::from_secs(1));
+            Ok(())
+        })
+        .expect("every body gets a status");
+    let mut client = runtime.block_on(server.client());
+    let r = runtime.block_on(call(
+        &mut client,
+        request(vec![descriptor(&[("plain", "v")])]),
+    ));
+    assert_eq!(r.overall_code(), Code::Ok);
+}
+
 /// A client that opens calls and never finishes their bodies can hold at most 1024 of them on one
 /// connection: the server says so in its HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`, which clients
 /// must honour (h2 refuses streams beyond it). With 1023 such calls held open, the connection's
