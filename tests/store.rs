@@ -18,7 +18,7 @@ use slidegate::store::{
     Clock, Counter, CounterKey, Decision, ManualClock, MemoryStore, RedisOptions, RedisStore,
     Store, StoreError, redact_url,
 };
-use support::{RedisCluster, RedisServer, TlsRedisServer};
+use support::{RedisCluster, RedisServer, TlsRedisCluster, TlsRedisServer};
 
 const PREFIX: &str = "sgtest:";
 /// Generous per-call timeout: tests share two cores with builds.
@@ -876,6 +876,70 @@ async fn tls_with_a_private_ca_and_a_password() {
     let wrong = RedisStore::connect(&opts).await.expect("options are fine");
     let err = wrong.decide(&[probe()]).await.unwrap_err();
     assert!(!err.to_string().contains("wrong-pass"), "{err}");
+}
+
+/// Redis Cluster over TLS (`tls-cluster yes`, a private CA): seeds given as `rediss://` URLs,
+/// every node reached over TLS, counters on different slots decided and stored on their nodes;
+/// without trusting the CA, an error and no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls_with_a_private_ca() {
+    let Some(tls) = TlsRedisCluster::start() else {
+        return;
+    };
+    let opts = RedisOptions {
+        cluster_nodes: tls.urls(),
+        tls_ca_file: Some(tls.ca.ca_file.clone()),
+        ..redis_options(String::new())
+    };
+    let store = RedisStore::connect(&opts).await.expect("connect");
+    assert_eq!(store.kind(), "redis-cluster");
+    store.ping().await.expect("ping over TLS");
+    // One counter on each node. The store knows only the TLS seeds: a plain port in the slot
+    // map, or a node it could not reach over TLS, would fail these calls.
+    let w = Duration::from_secs(60);
+    let mut by_node: Vec<(u16, Counter)> = Vec::new();
+    for i in 0.. {
+        let c = counter("tls", &format!("k{i}"), 3, w, 1);
+        let node = tls.cluster.node_for(&format!("{PREFIX}{}", c.key.as_str()));
+        if !by_node.iter().any(|(port, _)| *port == node.port) {
+            by_node.push((node.port, c));
+        }
+        if by_node.len() == 3 {
+            break;
+        }
+    }
+    for (port, c) in &by_node {
+        for _ in 0..3 {
+            assert!(
+                store
+                    .decide(std::slice::from_ref(c))
+                    .await
+                    .expect("decide")
+                    .allowed
+            );
+        }
+        let d = store.decide(std::slice::from_ref(c)).await.expect("decide");
+        assert!(!d.allowed, "a fourth hit on a limit of 3 (node {port})");
+        let key = format!("{PREFIX}{}", c.key.as_str());
+        assert_eq!(tls.cluster.node_for(&key).cli(&["ZCARD", &key]), "3");
+    }
+    // Counters on two slots in one request.
+    let (a, b) = two_slots("tls-xslot", 3, 3, w);
+    let d = store.decide(&[a, b]).await.expect("decide across slots");
+    assert!(d.allowed);
+
+    let untrusted = RedisOptions {
+        cluster_nodes: tls.urls(),
+        ..redis_options(String::new())
+    };
+    let failed = match RedisStore::connect(&untrusted).await {
+        Err(_) => true,
+        Ok(store) => store.decide(&[probe()]).await.is_err(),
+    };
+    assert!(
+        failed,
+        "a cluster over TLS was used without trusting its CA"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,10 +176,47 @@ impl TlsRedisServer {
     /// [`RedisServer::start_with`] (e.g. `--requirepass`).
     pub fn start(extra: &[&str]) -> Option<TlsRedisServer> {
         require_program("redis-server")?;
-        let certs = tempfile::tempdir().expect("tempdir");
-        let ca_file = certs.path().join("ca.pem");
-        let cert_file = certs.path().join("server.pem");
-        let key_file = certs.path().join("server.key");
+        let ca = TestCa::new();
+        let tls_port = free_port();
+        let tls_port_arg = tls_port.to_string();
+        let tls_args = ca.server_args();
+        let mut args: Vec<&str> = vec!["--port", "0", "--tls-port", &tls_port_arg];
+        args.extend(tls_args.iter().map(String::as_str));
+        args.extend(extra);
+        let server = RedisServer::spawn(&args, tls_port)?;
+        // Keep the CA as long as the server (its dir is deleted on drop).
+        let kept = server.dir.path().join("ca.pem");
+        std::fs::copy(&ca.ca_file, &kept).expect("keep ca");
+        Some(TlsRedisServer {
+            server,
+            ca_file: kept,
+        })
+    }
+
+    /// `rediss://[:password@]127.0.0.1:PORT`.
+    pub fn url(&self, password: Option<&str>) -> String {
+        match password {
+            Some(p) => format!("rediss://:{p}@127.0.0.1:{}", self.server.port),
+            None => format!("rediss://127.0.0.1:{}", self.server.port),
+        }
+    }
+}
+
+/// A private CA and a server certificate it signed (for `localhost` and `127.0.0.1`), as PEM files
+/// in a temporary directory that lives as long as this value.
+pub struct TestCa {
+    pub dir: tempfile::TempDir,
+    pub ca_file: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+impl TestCa {
+    pub fn new() -> TestCa {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_file = dir.path().join("ca.pem");
+        let cert_file = dir.path().join("server.pem");
+        let key_file = dir.path().join("server.key");
 
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -200,41 +237,38 @@ impl TlsRedisServer {
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, "localhost");
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        // Client auth too: cluster nodes present this certificate to each other on the bus.
+        params.extended_key_usages = vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         let key = rcgen::KeyPair::generate().expect("server key");
         let cert = params.signed_by(&key, &issuer).expect("server cert");
 
         std::fs::write(&ca_file, ca_cert.pem()).expect("write ca");
         std::fs::write(&cert_file, cert.pem()).expect("write cert");
         std::fs::write(&key_file, key.serialize_pem()).expect("write key");
-
-        let tls_port = free_port();
-        let tls_port_arg = tls_port.to_string();
-        let mut args: Vec<&str> = vec!["--port", "0", "--tls-port", &tls_port_arg];
-        let (cert_s, key_s, ca_s) = (
-            cert_file.to_string_lossy().into_owned(),
-            key_file.to_string_lossy().into_owned(),
-            ca_file.to_string_lossy().into_owned(),
-        );
-        args.extend(["--tls-cert-file", &cert_s, "--tls-key-file", &key_s]);
-        args.extend(["--tls-ca-cert-file", &ca_s, "--tls-auth-clients", "no"]);
-        args.extend(extra);
-        let server = RedisServer::spawn(&args, tls_port)?;
-        // Keep the CA as long as the server (its dir is deleted on drop).
-        let kept = server.dir.path().join("ca.pem");
-        std::fs::copy(&ca_file, &kept).expect("keep ca");
-        Some(TlsRedisServer {
-            server,
-            ca_file: kept,
-        })
+        TestCa {
+            dir,
+            ca_file,
+            cert_file,
+            key_file,
+        }
     }
 
-    /// `rediss://[:password@]127.0.0.1:PORT`.
-    pub fn url(&self, password: Option<&str>) -> String {
-        match password {
-            Some(p) => format!("rediss://:{p}@127.0.0.1:{}", self.server.port),
-            None => format!("rediss://127.0.0.1:{}", self.server.port),
-        }
+    /// redis-server flags serving this certificate (clients need not present one).
+    pub fn server_args(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+        vec![
+            "--tls-cert-file".into(),
+            path(&self.cert_file),
+            "--tls-key-file".into(),
+            path(&self.key_file),
+            "--tls-ca-cert-file".into(),
+            path(&self.ca_file),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ]
     }
 }
 
@@ -247,7 +281,12 @@ impl RedisCluster {
     /// Starts 3 cluster-enabled servers, joins them with `redis-cli --cluster create` and waits
     /// for `cluster_state:ok` on every node. `None` when redis-server is missing outside CI.
     pub fn start() -> Option<RedisCluster> {
-        let nodes = spawn_cluster(3, 0, &["--cluster-node-timeout", "5000"])?;
+        RedisCluster::start_with(&|_| Vec::new())
+    }
+
+    /// [`RedisCluster::start`] with extra flags for node `i`.
+    fn start_with(per_node: &dyn Fn(usize) -> Vec<String>) -> Option<RedisCluster> {
+        let nodes = spawn_cluster(3, 0, &["--cluster-node-timeout", "5000"], per_node)?;
         let ok = wait_until(Duration::from_secs(20), || {
             nodes
                 .iter()
@@ -295,6 +334,41 @@ impl RedisCluster {
     /// `INFO commandstats` calls of `command` summed over all nodes.
     pub fn command_calls(&self, command: &str) -> u64 {
         self.nodes.iter().map(|n| n.command_calls(command)).sum()
+    }
+}
+
+/// A 3-master Redis Cluster whose nodes also serve TLS, with `tls-cluster yes`: the cluster bus
+/// is TLS, and a client connected over TLS is given the nodes' TLS ports (`CLUSTER SLOTS`,
+/// redirections). The plain ports stay open for [`RedisServer::cli`].
+pub struct TlsRedisCluster {
+    pub cluster: RedisCluster,
+    pub tls_ports: Vec<u16>,
+    pub ca: TestCa,
+}
+
+impl TlsRedisCluster {
+    pub fn start() -> Option<TlsRedisCluster> {
+        require_program("redis-server")?;
+        let ca = TestCa::new();
+        let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let per_node = |i: usize| {
+            let mut args = vec!["--tls-port".to_string(), tls_ports[i].to_string()];
+            args.extend(ca.server_args());
+            args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
+            args
+        };
+        let cluster = RedisCluster::start_with(&per_node)?;
+        Some(TlsRedisCluster {
+            cluster,
+            tls_ports,
+            ca,
+        })
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        let url = |port: &u16| format!("rediss://127.0.0.1:{port}");
+        self.tls_ports.iter().map(url).collect()
     }
 }
 
@@ -642,7 +716,7 @@ impl RedisCluster {
             "--cluster-require-full-coverage",
             "no",
         ];
-        let nodes = spawn_cluster(masters, replicas, &settings)?;
+        let nodes = spawn_cluster(masters, replicas, &settings, &|_| Vec::new())?;
         let ok = wait_until(Duration::from_secs(30), || {
             nodes.iter().all(|n| {
                 let info = n.cli(&["CLUSTER", "INFO"]);
@@ -658,10 +732,15 @@ impl RedisCluster {
 
 /// Starts `masters * (1 + replicas)` cluster-enabled servers with `settings` and joins them with
 /// `redis-cli --cluster create ... --cluster-replicas N`. `None` when redis is missing outside CI.
-fn spawn_cluster(masters: usize, replicas: usize, settings: &[&str]) -> Option<Vec<RedisServer>> {
+fn spawn_cluster(
+    masters: usize,
+    replicas: usize,
+    settings: &[&str],
+    per_node: &dyn Fn(usize) -> Vec<String>,
+) -> Option<Vec<RedisServer>> {
     require_program("redis-cli")?;
     let mut nodes = Vec::new();
-    for _ in 0..masters * (1 + replicas) {
+    for index in 0..masters * (1 + replicas) {
         let port = free_port();
         let (port_arg, conf) = (port.to_string(), format!("nodes-{port}.conf"));
         let mut args = vec![
@@ -673,6 +752,8 @@ fn spawn_cluster(masters: usize, replicas: usize, settings: &[&str]) -> Option<V
             &conf,
         ];
         args.extend_from_slice(settings);
+        let own = per_node(index);
+        args.extend(own.iter().map(String::as_str));
         nodes.push(RedisServer::spawn(&args, port)?);
     }
     let addrs: Vec<String> = nodes
