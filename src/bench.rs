@@ -41,6 +41,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Barrier, OnceLock};
+use std::task::Poll;
 use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
@@ -552,8 +553,16 @@ async fn connect(
                 target: args.target.clone(),
                 source,
             })?;
+        let connection = Arc::new(Connection {
+            addr: target.addr.clone(),
+            current: parking_lot::Mutex::new((0, send.clone())),
+            last_dial: tokio::sync::Mutex::new(None),
+            timeout: args.timeout,
+        });
         clients.push(RlsClient {
             send,
+            generation: 0,
+            connection,
             uri: target.uri.clone(),
             timeout: args.timeout,
         });
@@ -561,9 +570,48 @@ async fn connect(
     Ok(clients)
 }
 
+/// How long a failed dial keeps the others from dialling again: a stopped server is tried ten
+/// times a second, not in a busy loop.
+const REDIAL_PAUSE: Duration = Duration::from_millis(100);
+
+/// One HTTP/2 connection, shared by a thread's workers and dialled again when it is lost (a
+/// server restarting mid-run): the first worker to find it dead dials, the others take the new
+/// handle. Calls made while no server answers fail, and are counted as errors.
+struct Connection {
+    addr: String,
+    /// The live handle and its generation (how many times the connection was replaced).
+    current: parking_lot::Mutex<(u64, SendRequest<Bytes>)>,
+    /// When a worker last dialled; held while dialling, so only one worker dials at a time.
+    last_dial: tokio::sync::Mutex<Option<Instant>>,
+    timeout: Duration,
+}
+
+impl Connection {
+    /// After generation `seen` was found dead: the next generation's handle, dialled here unless
+    /// another worker already did. `None` while the server cannot be reached.
+    async fn replace(&self, seen: u64) -> Option<(u64, SendRequest<Bytes>)> {
+        let mut last_dial = self.last_dial.lock().await;
+        {
+            let current = self.current.lock();
+            if current.0 != seen {
+                return Some(current.clone());
+            }
+        }
+        if last_dial.is_some_and(|at| at.elapsed() < REDIAL_PAUSE) {
+            return None;
+        }
+        *last_dial = Some(Instant::now());
+        let dialled = tokio::time::timeout(self.timeout, open(&self.addr)).await;
+        let send = dialled.ok()?.ok()?;
+        let mut current = self.current.lock();
+        *current = (seen + 1, send);
+        Some(current.clone())
+    }
+}
+
 /// Dials `addr` and starts HTTP/2 on it. The connection runs as a task of its own on the current
 /// runtime; its error is not logged, since every call on a failed connection fails too and is
-/// counted. A lost connection is not reopened: its calls keep failing until the run ends.
+/// counted, and [`Connection`] dials again.
 async fn open(addr: &str) -> Result<SendRequest<Bytes>, Box<dyn std::error::Error + Send + Sync>> {
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
@@ -584,6 +632,9 @@ async fn open(addr: &str) -> Result<SendRequest<Bytes>, Box<dyn std::error::Erro
 #[derive(Clone)]
 struct RlsClient {
     send: SendRequest<Bytes>,
+    /// The generation of the connection `send` belongs to.
+    generation: u64,
+    connection: Arc<Connection>,
     uri: Uri,
     timeout: Duration,
 }
@@ -595,6 +646,19 @@ impl RlsClient {
         tokio::time::timeout(self.timeout, call)
             .await
             .unwrap_or(Err(CallError::Timeout))
+    }
+
+    /// After a failed call: when the connection itself is gone, moves to a new one, or waits a
+    /// little while none can be opened (a dead connection fails calls without waiting).
+    async fn recover(&mut self) {
+        let state = std::future::poll_fn(|cx| Poll::Ready(self.send.poll_ready(cx))).await;
+        if !matches!(state, Poll::Ready(Err(_))) {
+            return; // The connection is fine: only that call failed.
+        }
+        match self.connection.replace(self.generation).await {
+            Some((generation, send)) => (self.generation, self.send) = (generation, send),
+            None => tokio::time::sleep(REDIAL_PAUSE / 10).await,
+        }
     }
 }
 
@@ -781,7 +845,8 @@ impl Worker {
                 Ok(_) => stats.allowed += 1,
                 Err(_) => {
                     stats.errors += 1;
-                    // A dead connection fails calls without ever waiting: let the others run.
+                    self.client.recover().await;
+                    // Let the others run: failing calls may never have waited.
                     tokio::task::yield_now().await;
                 }
             }

@@ -1254,6 +1254,62 @@ async fn sigterm_lets_in_flight_calls_finish() {
     );
 }
 
+/// `slidegate bench` rides out a server restart: calls fail while nothing listens, then the
+/// generator dials again and loads the new server on the same port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_dials_again_after_the_server_restarts() {
+    let first = Server::start(&[]);
+    let port = first.grpc_port;
+    let bench = slidegate_command()
+        .args(["bench", "--target", &first.grpc_uri(), "--json"])
+        .args(["--duration", "4s", "--warmup", "0s", "--timeout", "500ms"])
+        .args(["--concurrency", "8", "--connections", "2", "--threads", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn slidegate bench");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rules = first
+        .rules_file()
+        .parent()
+        .expect("rules dir")
+        .to_path_buf();
+    let Server {
+        slidegate,
+        rules: kept,
+    } = first;
+    drop(slidegate); // SIGKILL: the generator's connections die with it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = Slidegate::start_on(&rules, port, &[], &[]);
+    drop(kept);
+
+    let output = tokio::task::spawn_blocking(move || bench.wait_with_output())
+        .await
+        .expect("join")
+        .expect("bench output");
+    assert!(output.status.success(), "bench failed: {:?}", output.status);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON report");
+    let errors = report["errors"].as_u64().expect("errors");
+    assert!(
+        errors > 0,
+        "no call failed while the server was down: {report}"
+    );
+    let text = reqwest::get(second.url("/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics body");
+    let served = metric_value(
+        &text,
+        "slidegate_request_duration_seconds_count{transport=\"grpc\"}",
+    );
+    assert!(
+        served > 100.0,
+        "the restarted server served {served} calls: the generator did not dial again"
+    );
+}
+
 /// Connections are dealt out to the worker threads, and every worker decides on the same
 /// counters: calls over eight connections to four workers admit exactly the limit, with the
 /// memory store and with Redis (where each worker has a Redis connection of its own).

@@ -411,8 +411,18 @@ impl Slidegate {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Slidegate {
+        Slidegate::start_on(config, free_port(), args, env)
+    }
+
+    /// [`Slidegate::start_with_env`] with the gRPC port given (to restart a server in place).
+    pub fn start_on(
+        config: &std::path::Path,
+        grpc_port: u16,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Slidegate {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (grpc_port, http_port) = (free_port(), free_port());
+        let http_port = free_port();
         let log = std::fs::File::create(dir.path().join("slidegate.log")).expect("log file");
         let mut command = slidegate_command();
         command
