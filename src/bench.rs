@@ -45,7 +45,7 @@ use std::task::Poll;
 use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -62,6 +62,8 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Zipf};
 use tokio::net::TcpStream;
+
+use crate::server::grpc::encode_frame;
 
 /// Errors that stop a benchmark (all but a thread's crash before it measures anything).
 #[derive(Debug, thiserror::Error)]
@@ -500,9 +502,6 @@ const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/Sh
 const STREAM_WINDOW: u32 = 4 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
 
-/// Length of a gRPC message prefix: a compression flag byte, then the length in 4 bytes.
-const GRPC_PREFIX: usize = 5;
-
 /// Where `--target` points: the address to dial, and the URI of the method there (its scheme and
 /// authority become every request's `:scheme` and `:authority`).
 #[derive(Clone, Debug)]
@@ -739,20 +738,6 @@ fn grpc_ok(headers: &HeaderMap) -> bool {
     headers
         .get("grpc-status")
         .is_some_and(|status| status.as_bytes() == b"0")
-}
-
-/// Encodes `message` as one gRPC message (flag 0 for "uncompressed", the length in 4 bytes
-/// big-endian, the protobuf) at the end of `buf` and splits it off. Once the previous frame has
-/// been sent and dropped, `buf` takes its memory back: a worker's steady state allocates nothing.
-fn encode_frame(message: &impl Message, buf: &mut BytesMut) -> Bytes {
-    let len = message.encoded_len();
-    buf.reserve(GRPC_PREFIX + len);
-    buf.put_u8(0);
-    // Requests of a few descriptors are far below 4 GiB.
-    buf.put_u32(len as u32);
-    // Cannot fail: a `BytesMut` grows as needed.
-    let _ = message.encode(buf);
-    buf.split().freeze()
 }
 
 /// Decodes one gRPC message: uncompressed, and exactly as long as its prefix says.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use support::{KillOnDrop, RedisServer, free_port, require_program, wait_until};
+use support::{KillOnDrop, RedisServer, free_port, require_program, run_ok, wait_until};
 
 // ---------------------------------------------------------------------------------------------
 // The tests
@@ -461,15 +461,11 @@ fn prometheus_example_is_valid() {
     let Some(promtool) = require_program("promtool") else {
         return;
     };
-    let out = Command::new(promtool)
-        .args(["check", "config"])
-        .arg(example("prometheus.yml"))
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "promtool check config: {}",
-        String::from_utf8_lossy(&out.stdout)
+    run_ok(
+        Command::new(promtool)
+            .args(["check", "config"])
+            .arg(example("prometheus.yml")),
+        "promtool check config",
     );
 }
 

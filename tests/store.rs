@@ -54,6 +54,14 @@ fn redis_options(url: String) -> RedisOptions {
     }
 }
 
+/// Options for a cluster store with these seed URLs, otherwise as [`redis_options`].
+fn cluster_options(seeds: Vec<String>) -> RedisOptions {
+    RedisOptions {
+        cluster_nodes: seeds,
+        ..redis_options(String::new())
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The fixture: one store plus what is needed to look behind it.
 
@@ -106,11 +114,9 @@ impl Fixture {
 
     async fn cluster() -> Option<Fixture> {
         let cluster = RedisCluster::start()?;
-        let opts = RedisOptions {
-            cluster_nodes: cluster.urls(),
-            ..redis_options(String::new())
-        };
-        let store = RedisStore::connect(&opts).await.expect("connect");
+        let store = RedisStore::connect(&cluster_options(cluster.urls()))
+            .await
+            .expect("connect");
         assert_eq!(store.kind(), "redis-cluster");
         store.ping().await.expect("ping");
         assert!(store.deny_cache().is_none(), "no deny cache in a cluster");
@@ -697,10 +703,7 @@ async fn two_cluster_replicas_are_exact_under_concurrency() {
     let Some(cluster) = RedisCluster::start() else {
         return;
     };
-    let opts = RedisOptions {
-        cluster_nodes: cluster.urls(),
-        ..redis_options(String::new())
-    };
+    let opts = cluster_options(cluster.urls());
     let mut stores: Vec<Arc<dyn Store>> = Vec::new();
     for _ in 0..2 {
         stores.push(Arc::new(RedisStore::connect(&opts).await.expect("connect")));
@@ -887,9 +890,8 @@ async fn cluster_over_tls_with_a_private_ca() {
         return;
     };
     let opts = RedisOptions {
-        cluster_nodes: tls.urls(),
         tls_ca_file: Some(tls.ca.ca_file.clone()),
-        ..redis_options(String::new())
+        ..cluster_options(tls.urls())
     };
     let store = RedisStore::connect(&opts).await.expect("connect");
     assert_eq!(store.kind(), "redis-cluster");
@@ -928,10 +930,7 @@ async fn cluster_over_tls_with_a_private_ca() {
     let d = store.decide(&[a, b]).await.expect("decide across slots");
     assert!(d.allowed);
 
-    let untrusted = RedisOptions {
-        cluster_nodes: tls.urls(),
-        ..redis_options(String::new())
-    };
+    let untrusted = cluster_options(tls.urls());
     let failed = match RedisStore::connect(&untrusted).await {
         Err(_) => true,
         Ok(store) => store.decide(&[probe()]).await.is_err(),

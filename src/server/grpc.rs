@@ -26,7 +26,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
-use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body as _, Frame};
 use prost::Message;
 use tokio::net::TcpStream;
@@ -39,6 +39,10 @@ use crate::service::grpc::{GrpcService, SHOULD_RATE_LIMIT};
 
 /// The largest request message, as tonic's default.
 const MAX_MESSAGE: usize = 4 << 20;
+
+/// Header names looked up or written on every call, parsed once.
+static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
 /// A call in progress on a connection.
 type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -230,7 +234,7 @@ fn message_length(bytes: &[u8]) -> Result<Option<usize>, Status> {
 /// `grpc-timeout`: up to 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`). Anything else is
 /// ignored, as if the client had set no deadline.
 fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.as_bytes();
+    let value = headers.get(&GRPC_TIMEOUT)?.as_bytes();
     let (&unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
@@ -260,17 +264,25 @@ fn send_message<M: Message>(
     respond: &mut SendResponse<Bytes>,
     message: &M,
 ) -> Result<(), h2::Error> {
-    let length = message.encoded_len();
-    let mut frame = BytesMut::with_capacity(5 + length);
-    frame.put_u8(0);
-    // A response is a few hundred bytes; the request's own 4 MiB cap bounds it far below 4 GiB.
-    frame.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
-    message.encode_raw(&mut frame);
+    let frame = encode_frame(message, &mut BytesMut::new());
     let mut stream = respond.send_response(response_head(), false)?;
-    stream.send_data(frame.freeze(), false)?;
+    stream.send_data(frame, false)?;
     let mut trailers = HeaderMap::with_capacity(1);
-    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    trailers.insert(&GRPC_STATUS, HeaderValue::from_static("0"));
     stream.send_trailers(trailers)
+}
+
+/// Encodes `message` as one gRPC message (flag 0 for "uncompressed", the length in 4 bytes
+/// big-endian, the protobuf) at the end of `buf` and splits it off. A caller that keeps `buf`
+/// (the load generator does) gets its memory back once the frame has been sent and dropped.
+pub fn encode_frame(message: &impl Message, buf: &mut BytesMut) -> Bytes {
+    let length = message.encoded_len();
+    buf.reserve(5 + length);
+    buf.put_u8(0);
+    // Rate-limit messages are far below 4 GiB (requests are capped at 4 MiB).
+    buf.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
+    message.encode_raw(buf);
+    buf.split().freeze()
 }
 
 /// Answers an error as a trailers-only response.
@@ -383,7 +395,7 @@ mod tests {
 
     fn timeout(value: &'static str) -> Option<Duration> {
         let mut headers = HeaderMap::new();
-        headers.insert("grpc-timeout", HeaderValue::from_static(value));
+        headers.insert(&GRPC_TIMEOUT, HeaderValue::from_static(value));
         grpc_timeout(&headers)
     }
 

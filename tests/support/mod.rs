@@ -643,17 +643,24 @@ pub fn promtool_check_metrics(dir: &std::path::Path, text: &str) {
     };
     let file = dir.join("metrics.txt");
     std::fs::write(&file, text).expect("write metrics");
-    let out = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(std::fs::File::open(&file).expect("metrics file"))
-        .output()
-        .expect("promtool");
+    run_ok(
+        Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::fs::File::open(&file).expect("metrics file")),
+        "promtool check metrics",
+    );
+}
+
+/// Runs `command`, which must succeed (else the test fails with its output), and returns its output.
+pub fn run_ok(command: &mut Command, what: &str) -> std::process::Output {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
         out.status.success(),
-        "promtool check metrics: {}{}",
+        "{what} failed: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out
 }
 
 /// The status code of a raw HTTP/1.1 response (`HTTP/1.1 429 ...`), 0 when there is none.
@@ -770,17 +777,12 @@ fn spawn_cluster(
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port))
         .collect();
-    let out = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
-        .output()
-        .expect("redis-cli --cluster create");
-    assert!(
-        out.status.success(),
-        "cluster create failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]),
+        "redis-cli --cluster create",
     );
     Some(nodes)
 }
