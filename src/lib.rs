@@ -17,3 +17,8 @@ pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod store;
+
+/// Working space that lives for one request: a request has one to a few descriptors and
+/// counters, so these stay on the stack, where a heap allocation each would cost more than the
+/// arithmetic of the decision.
+pub(crate) type Scratch<T> = smallvec::SmallVec<[T; 4]>;

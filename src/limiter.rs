@@ -32,6 +32,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::Scratch;
 use crate::config::{DomainRules, Limit, LiveRules, RuleMatch, RuleSet, Unit};
 use crate::metrics::{DecisionLabel, Metrics};
 use crate::store::key::CounterTag;
@@ -78,7 +79,7 @@ pub struct Options {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request<'a> {
     pub domain: &'a str,
-    pub descriptors: Vec<Descriptor<'a>>,
+    pub descriptors: Scratch<Descriptor<'a>>,
     /// Hits for descriptors without their own; 0 means 1.
     pub hits_addend: u64,
 }
@@ -86,7 +87,7 @@ pub struct Request<'a> {
 /// One request descriptor: hierarchical (key, value) entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Descriptor<'a> {
-    pub entries: Vec<(&'a str, &'a str)>,
+    pub entries: Scratch<(&'a str, &'a str)>,
     /// A limit chosen by the client instead of the configured one.
     pub limit: Option<LimitOverride>,
     /// Hits for this descriptor only; `Some(0)` checks without counting.
@@ -250,11 +251,11 @@ impl RateLimiter {
     /// Resolves every descriptor to a plan, and the counters of all limited ones.
     fn plan<'a>(
         &self,
-        request: &'a Request<'a>,
+        request: &'a Request<'_>,
         domain: &'a DomainRules,
-    ) -> (Vec<Plan<'a>>, Vec<Counter>) {
+    ) -> (Scratch<Plan<'a>>, Scratch<Counter>) {
         // Match every descriptor first: `replaces` depends on all matches of the request.
-        let matches: Vec<Option<RuleMatch<'a>>> = request
+        let matches: Scratch<Option<RuleMatch<'a>>> = request
             .descriptors
             .iter()
             .map(|d| match d.limit {
@@ -267,7 +268,7 @@ impl RateLimiter {
             .flatten()
             .flat_map(|m| m.rule.replaces.iter().map(String::as_str))
             .collect();
-        let mut counters = Vec::with_capacity(request.descriptors.len());
+        let mut counters = Scratch::with_capacity(request.descriptors.len());
         let plans = request
             .descriptors
             .iter()
@@ -318,9 +319,9 @@ impl RateLimiter {
     /// no name (as in envoyproxy/ratelimit).
     fn plan_override<'a>(
         &self,
-        counters: &mut Vec<Counter>,
+        counters: &mut Scratch<Counter>,
         domain: &str,
-        descriptor: &'a Descriptor<'a>,
+        descriptor: &'a Descriptor<'_>,
         limit: LimitOverride,
         hits: u64,
     ) -> Plan<'a> {
@@ -366,7 +367,7 @@ impl RateLimiter {
     /// `tag` is built once; each limit only adds its window to it.
     fn push_counters(
         &self,
-        counters: &mut Vec<Counter>,
+        counters: &mut Scratch<Counter>,
         mut tag: CounterTag,
         limits: &[Limit],
         hits: u64,
@@ -782,14 +783,14 @@ descriptors:
     fn request<'a>(descriptors: Vec<Descriptor<'a>>) -> Request<'a> {
         Request {
             domain: "api",
-            descriptors,
+            descriptors: descriptors.into(),
             hits_addend: 0,
         }
     }
 
     fn desc<'a>(entries: &[(&'a str, &'a str)]) -> Descriptor<'a> {
         Descriptor {
-            entries: entries.to_vec(),
+            entries: entries.iter().copied().collect(),
             ..Descriptor::default()
         }
     }

@@ -281,7 +281,7 @@ fn matching_table() {
             let windows: Vec<u64> = m.rule.limits.iter().map(|l| l.window().as_secs()).collect();
             (
                 m.rule.stats_name().to_owned(),
-                m.counter_entries.clone(),
+                m.counter_entries.to_vec(),
                 windows,
             )
         });

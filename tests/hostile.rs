@@ -354,7 +354,7 @@ fn matcher_survives_arbitrary_descriptors() {
                 assert_eq!(m.rule.domain, "matching");
                 assert_eq!(m.counter_entries.len(), borrowed.len());
                 assert!(!m.stats_name.is_empty());
-                for ((k, _), (ck, _)) in borrowed.iter().zip(&m.counter_entries) {
+                for ((k, _), (ck, _)) in borrowed.iter().zip(m.counter_entries.iter()) {
                     assert_eq!(k, ck);
                 }
             }

@@ -40,7 +40,7 @@ pub struct RuleMatch<'a> {
     pub rule: &'a Arc<Rule>,
     /// The entries that identify the counter: the request's entries, except that a value matched
     /// by a `share_threshold` wildcard is replaced by the pattern (all such values share one counter).
-    pub counter_entries: Vec<(&'a str, &'a str)>,
+    pub counter_entries: Cow<'a, [(&'a str, &'a str)]>,
     /// The metrics name. In order of precedence:
     /// - `detailed_metric` on the rule: every request entry as `key_value`, joined with `.`;
     /// - `value_to_metric` on any node of the path: the static path, except that key-only and
@@ -113,16 +113,16 @@ impl DomainRules {
     /// order) that matches, else the key-only node. The request must end exactly at a node with a
     /// rule: a longer or shorter descriptor than the config's path matches nothing, as in
     /// envoyproxy/ratelimit.
-    pub fn match_entries<'a>(&'a self, entries: &[(&'a str, &'a str)]) -> Option<RuleMatch<'a>> {
+    pub fn match_entries<'a>(&'a self, entries: &'a [(&'a str, &'a str)]) -> Option<RuleMatch<'a>> {
         let mut shared = false;
         let last = self.walk(entries, |step| shared |= step.shares_value())?;
         let rule = last.node.rule.as_ref()?;
         let counter_entries = if shared {
             let mut out = Vec::with_capacity(entries.len());
             self.walk(entries, |step| out.push((step.key, step.counter_value())));
-            out
+            Cow::Owned(out)
         } else {
-            entries.to_vec()
+            Cow::Borrowed(entries)
         };
         let stats_name = if rule.detailed_metric {
             Cow::Owned(detailed_name(entries))

@@ -34,6 +34,7 @@ use async_trait::async_trait;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::{Clock, Counter, CounterKey, CounterResult, Decision, Store, StoreError};
+use crate::Scratch;
 
 /// Number of independently locked maps. A power of two well above the core count keeps contention
 /// negligible; each shard costs one small map.
@@ -206,19 +207,19 @@ impl MemoryStore {
     /// anything but the shard locks, which are held for microseconds.
     pub fn decide_now(&self, counters: &[Counter]) -> Decision {
         let now = micros(self.clock.now()).saturating_sub(self.epoch);
-        let shard_of: Vec<usize> = counters.iter().map(|c| self.shard_of(&c.key)).collect();
+        let shard_of: Scratch<usize> = counters.iter().map(|c| self.shard_of(&c.key)).collect();
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
         // Ascending order, each shard once: see the module docs on deadlock freedom.
-        let mut guards: Vec<MutexGuard<'_, Shard>> =
+        let mut guards: Scratch<MutexGuard<'_, Shard>> =
             order.iter().map(|&i| self.shards[i].lock()).collect();
-        let guard_of: Vec<usize> = shard_of
+        let guard_of: Scratch<usize> = shard_of
             .iter()
             .map(|s| order.partition_point(|o| o < s))
             .collect();
 
-        let mut evals: Vec<Eval> = Vec::with_capacity(counters.len());
+        let mut evals: Scratch<Eval> = Scratch::with_capacity(counters.len());
         for (i, counter) in counters.iter().enumerate() {
             let map = &mut guards[guard_of[i]];
             let pending: u64 = counters[..i]
@@ -235,34 +236,15 @@ impl MemoryStore {
             .zip(&evals)
             .any(|(c, e)| e.over && !c.shadow);
 
-        let mut results = Vec::with_capacity(counters.len());
-        for (i, (counter, eval)) in counters.iter().zip(&evals).enumerate() {
-            let map = &mut guards[guard_of[i]];
-            let mut count = eval.count;
-            if allowed && !eval.over && counter.hits > 0 {
-                map.entry(counter.key.clone())
-                    .or_insert_with(|| Log::new(micros(counter.window)))
-                    .record(eval.now, counter.hits);
-                count += counter.hits;
-            }
-            let reset = if eval.over {
-                eval.reset
-            } else {
-                let oldest = map.get(&counter.key).and_then(Log::oldest);
-                oldest.map_or(0, |o| {
-                    (o.saturating_add(micros(counter.window))).saturating_sub(eval.now)
-                })
-            };
-            if map.get(&counter.key).is_some_and(Log::is_empty) {
-                map.remove(&counter.key);
-            }
-            results.push(CounterResult {
-                over_limit: eval.over,
-                count,
-                remaining: counter.limit.saturating_sub(count),
-                reset_after: Duration::from_micros(reset),
-            });
-        }
+        let results = counters
+            .iter()
+            .zip(&evals)
+            .enumerate()
+            .map(|(i, (counter, eval))| {
+                let record = allowed && !eval.over && counter.hits > 0;
+                settle(&mut guards[guard_of[i]], counter, eval, record)
+            })
+            .collect();
         drop(guards);
 
         let n = self.decisions.fetch_add(1, Ordering::Relaxed);
@@ -367,6 +349,41 @@ fn evaluate(mut log: Option<&mut Log>, counter: &Counter, now: u64, pending: u64
         count,
         now,
         reset,
+    }
+}
+
+/// Pass two for one counter: records the hits if the request was admitted, finds when the oldest
+/// hit leaves the window, and drops a log left empty. One map lookup: a counter that records is
+/// looked up through `entry` (which creates it), any other through `get_mut`.
+fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> CounterResult {
+    let window = micros(counter.window);
+    let mut log = if record {
+        Some(
+            map.entry(counter.key.clone())
+                .or_insert_with(|| Log::new(window)),
+        )
+    } else {
+        map.get_mut(&counter.key)
+    };
+    let mut count = eval.count;
+    if let Some(log) = log.as_deref_mut().filter(|_| record) {
+        log.record(eval.now, counter.hits);
+        count += counter.hits;
+    }
+    let reset = if eval.over {
+        eval.reset
+    } else {
+        let oldest = log.as_deref().and_then(Log::oldest);
+        oldest.map_or(0, |o| o.saturating_add(window).saturating_sub(eval.now))
+    };
+    if log.is_some_and(|l| l.is_empty()) {
+        map.remove(&counter.key);
+    }
+    CounterResult {
+        over_limit: eval.over,
+        count,
+        remaining: counter.limit.saturating_sub(count),
+        reset_after: Duration::from_micros(reset),
     }
 }
 
