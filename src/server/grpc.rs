@@ -17,12 +17,15 @@
 //! are `UNIMPLEMENTED`: Envoy does not compress rate-limit calls.
 
 use std::future::{Future, poll_fn};
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use futures::FutureExt as _;
+use futures::future::CatchUnwind;
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -81,13 +84,26 @@ pub async fn serve_connection(
     app: GrpcApp,
     stop: watch::Receiver<bool>,
 ) -> Result<(), h2::Error> {
+    serve_calls(io, |request, respond| app.call(request, respond), stop).await
+}
+
+/// The connection loop of [`serve_connection`], given how to start a call.
+async fn serve_calls(
+    io: TcpStream,
+    mut start: impl FnMut(http::Request<RecvStream>, SendResponse<Bytes>) -> Call,
+    stop: watch::Receiver<bool>,
+) -> Result<(), h2::Error> {
     let mut stop = std::pin::pin!(super::stopped(stop));
     let handshake = settings().handshake(io);
     let mut connection = tokio::select! {
         connection = handshake => connection?,
         () = &mut stop => return Ok(()),
     };
-    let mut calls = FuturesUnordered::<Call>::new();
+    // A call that panics (a bug: no input should make one) ends alone, as it did when every call
+    // was a task of its own: unwinding drops its stream handles, which resets its stream, and
+    // the connection's other calls go on. The state it shares lives behind `parking_lot` locks
+    // and atomics, which a panic does not poison.
+    let mut calls = FuturesUnordered::<CatchUnwind<AssertUnwindSafe<Call>>>::new();
     let mut stopping = false;
     // Each round: take every call the connection has read, then run every call that can go on.
     // Polling the connection also writes what is queued, so the answers of one round leave in
@@ -100,13 +116,19 @@ pub async fn serve_connection(
         }
         loop {
             match connection.poll_accept(cx) {
-                Poll::Ready(Some(Ok((request, respond)))) => calls.push(app.call(request, respond)),
+                Poll::Ready(Some(Ok((request, respond)))) => {
+                    calls.push(AssertUnwindSafe(start(request, respond)).catch_unwind());
+                }
                 Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(error)),
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
                 Poll::Pending => break,
             }
         }
-        while let Poll::Ready(Some(())) = calls.poll_next_unpin(cx) {}
+        while let Poll::Ready(Some(ended)) = calls.poll_next_unpin(cx) {
+            if ended.is_err() {
+                tracing::error!("a gRPC call panicked; its stream was reset");
+            }
+        }
         Poll::Pending
     })
     .await
@@ -392,11 +414,79 @@ impl http_body::Body for Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
     fn timeout(value: &'static str) -> Option<Duration> {
         let mut headers = HeaderMap::new();
         headers.insert(&GRPC_TIMEOUT, HeaderValue::from_static(value));
         grpc_timeout(&headers)
+    }
+
+    /// One call of `path` from an h2 client: the `grpc-status` trailer, or the stream's error.
+    async fn call(
+        client: &h2::client::SendRequest<Bytes>,
+        path: &str,
+    ) -> Result<String, h2::Error> {
+        let mut client = client.clone().ready().await?;
+        let request = http::Request::post(format!("http://slidegate{path}"))
+            .header(CONTENT_TYPE, "application/grpc")
+            .body(())
+            .expect("a valid request");
+        let (response, mut body) = client.send_request(request, false)?;
+        body.send_data(
+            encode_frame(&RateLimitRequest::default(), &mut BytesMut::new()),
+            true,
+        )?;
+        let mut response = response.await?.into_body();
+        while let Some(data) = response.data().await {
+            data?;
+        }
+        let trailers = response.trailers().await?.unwrap_or_default();
+        Ok(trailers
+            .get(&GRPC_STATUS)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none")
+            .to_string())
+    }
+
+    #[tokio::test]
+    async fn a_panicking_call_resets_its_stream_and_the_connection_goes_on() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("local address");
+        let (_stop, stop) = watch::channel(false);
+        let server = tokio::spawn(async move {
+            let (io, _) = listener.accept().await.expect("accept");
+            let start = |request: http::Request<RecvStream>, respond| -> Call {
+                let panics = request.uri().path() == "/test/Panic";
+                Box::pin(unary(
+                    request,
+                    respond,
+                    move |_: RateLimitRequest| async move {
+                        if panics {
+                            panic!("a bug in a call");
+                        }
+                        Ok(RateLimitResponse::default())
+                    },
+                ))
+            };
+            serve_calls(io, start, stop).await
+        });
+        let io = TcpStream::connect(addr).await.expect("connect");
+        let (client, connection) = h2::client::handshake(io).await.expect("handshake");
+        tokio::spawn(connection);
+
+        assert_eq!(call(&client, "/test/Fine").await.ok().as_deref(), Some("0"));
+        let panicked = call(&client, "/test/Panic").await;
+        assert!(
+            panicked.as_ref().is_err_and(|e| e.is_reset()),
+            "the panicking call's stream is reset: {panicked:?}"
+        );
+        for _ in 0..3 {
+            assert_eq!(call(&client, "/test/Fine").await.ok().as_deref(), Some("0"));
+        }
+        assert!(!server.is_finished(), "the connection is still served");
     }
 
     #[test]
