@@ -706,13 +706,7 @@ async fn health_flips_on_sigterm_and_the_process_exits_cleanly() {
     );
     drop(watch);
     drop(channel);
-    let status = server.wait_exit(Duration::from_secs(10));
-    assert_eq!(
-        status.map(|s| s.code()),
-        Some(Some(0)),
-        "log:\n{}",
-        server.log()
-    );
+    server.expect_clean_exit(Duration::from_secs(10));
     // Stopped accepting.
     assert!(std::net::TcpStream::connect(("127.0.0.1", server.http_port)).is_err());
     assert!(server.log().contains("SIGTERM"));
@@ -723,13 +717,7 @@ async fn sigint_also_drains_and_exits_zero() {
     let mut server = Server::start(&["--drain-timeout", "2s"]);
     assert_eq!(server.get("/healthcheck").await.status(), 200);
     server.signal("INT");
-    let status = server.wait_exit(Duration::from_secs(10));
-    assert_eq!(
-        status.map(|s| s.code()),
-        Some(Some(0)),
-        "log:\n{}",
-        server.log()
-    );
+    server.expect_clean_exit(Duration::from_secs(10));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1245,13 +1233,7 @@ async fn sigterm_lets_in_flight_calls_finish() {
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("timed out"), "{status:?}");
     assert!(started.elapsed() >= Duration::from_millis(1400));
-    let exit = server.wait_exit(Duration::from_secs(10));
-    assert_eq!(
-        exit.map(|s| s.code()),
-        Some(Some(0)),
-        "log:\n{}",
-        server.log()
-    );
+    server.expect_clean_exit(Duration::from_secs(10));
 }
 
 /// `slidegate bench` rides out a server restart: calls fail while nothing listens, then the

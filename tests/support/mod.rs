@@ -497,16 +497,20 @@ impl Slidegate {
         send_signal(self.pid(), name);
     }
 
-    /// Waits for the process to exit.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.process.0.try_wait() {
-                return Some(status);
-            }
+    /// Waits up to `within` for the process to exit, and fails unless it exited with status 0.
+    pub fn expect_clean_exit(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut status = None;
+        while status.is_none() && Instant::now() < deadline {
+            status = self.process.0.try_wait().ok().flatten();
             std::thread::sleep(Duration::from_millis(10));
         }
-        None
+        assert_eq!(
+            status.map(|s| s.code()),
+            Some(Some(0)),
+            "exit within {within:?}; log:\n{}",
+            self.log()
+        );
     }
 
     /// The resident set size of the process, in KiB.
