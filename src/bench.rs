@@ -880,7 +880,7 @@ fn set_values(request: &mut RateLimitRequest, mut pick: impl FnMut(usize) -> u64
 
 /// Sends `--prefill` rounds of one request for every key (all descriptor positions on the same
 /// key), `--concurrency` at a time. Errors are counted and reported, not fatal: the measured phase
-/// reports its own.
+/// reports its own. A lost connection is dialled again, as in the measured phase.
 async fn prefill(args: &BenchArgs, clients: &[RlsClient]) {
     let next = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -903,6 +903,7 @@ async fn prefill(args: &BenchArgs, clients: &[RlsClient]) {
                 let frame = encode_frame(&request, &mut buf);
                 if client.should_rate_limit(frame).await.is_err() {
                     errors.fetch_add(1, Ordering::Relaxed);
+                    client.recover().await;
                 }
             }
         }));

@@ -1240,18 +1240,77 @@ async fn sigterm_lets_in_flight_calls_finish() {
 /// generator dials again and loads the new server on the same port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_dials_again_after_the_server_restarts() {
+    let args = ["--duration", "4s", "--warmup", "0s", "--json"];
+    let (output, second) = bench_across_a_restart(&args, Duration::from_secs(1)).await;
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON report");
+    let errors = report["errors"].as_u64().expect("errors");
+    assert!(
+        errors > 0,
+        "no call failed while the server was down: {report}"
+    );
+    let served = grpc_calls_served(&second).await;
+    assert!(
+        served > 100.0,
+        "the restarted server served {served} calls: the generator did not dial again"
+    );
+}
+
+/// The same during `--prefill`: the prefill goes on against the restarted server. The measured
+/// phase is paced at 10 calls per second, so nearly all the calls the new server sees are the
+/// prefill's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_prefill_dials_again_after_the_server_restarts() {
+    let args = ["--prefill", "20", "--keys", "500"];
+    let paced = ["--duration", "200ms", "--rate", "10"];
+    let (output, second) = bench_across_a_restart(
+        &[&args[..], &paced[..]].concat(),
+        Duration::from_millis(500),
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("prefilled 500 keys x 20"),
+        "the prefill ran into the restart: {stderr}"
+    );
+    let served = grpc_calls_served(&second).await;
+    assert!(
+        served > 1000.0,
+        "the restarted server served {served} calls: the prefill did not dial again\n{stderr}"
+    );
+}
+
+/// Runs `slidegate bench` (8 workers on 2 connections, plus `args`) against a server that is
+/// killed `after` into the run and started again on the same port; returns the generator's
+/// output, once it has exited successfully, and the second server.
+async fn bench_across_a_restart(
+    args: &[&str],
+    after: Duration,
+) -> (std::process::Output, Slidegate) {
     let first = Server::start(&[]);
-    let port = first.grpc_port;
     let bench = slidegate_command()
-        .args(["bench", "--target", &first.grpc_uri(), "--json"])
-        .args(["--duration", "4s", "--warmup", "0s", "--timeout", "500ms"])
+        .args(["bench", "--target", &first.grpc_uri(), "--timeout", "500ms"])
         .args(["--concurrency", "8", "--connections", "2", "--threads", "1"])
+        .args(args)
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn slidegate bench");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let rules = first
+    tokio::time::sleep(after).await;
+    let second = restart(first).await;
+    let output = tokio::task::spawn_blocking(move || bench.wait_with_output())
+        .await
+        .expect("join")
+        .expect("bench output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench failed: {stderr}");
+    (output, second)
+}
+
+/// Kills `server` (SIGKILL: its connections die with it) and starts a new one on the same port
+/// with the same rules, 300 ms later.
+async fn restart(server: Server) -> Slidegate {
+    let port = server.grpc_port;
+    let rules = server
         .rules_file()
         .parent()
         .expect("rules dir")
@@ -1259,37 +1318,26 @@ async fn bench_dials_again_after_the_server_restarts() {
     let Server {
         slidegate,
         rules: kept,
-    } = first;
-    drop(slidegate); // SIGKILL: the generator's connections die with it.
+    } = server;
+    drop(slidegate);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let second = Slidegate::start_on(&rules, port, &[], &[]);
     drop(kept);
+    second
+}
 
-    let output = tokio::task::spawn_blocking(move || bench.wait_with_output())
-        .await
-        .expect("join")
-        .expect("bench output");
-    assert!(output.status.success(), "bench failed: {:?}", output.status);
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON report");
-    let errors = report["errors"].as_u64().expect("errors");
-    assert!(
-        errors > 0,
-        "no call failed while the server was down: {report}"
-    );
-    let text = reqwest::get(second.url("/metrics"))
+/// gRPC calls a server has answered, from its metrics.
+async fn grpc_calls_served(server: &Slidegate) -> f64 {
+    let text = reqwest::get(server.url("/metrics"))
         .await
         .expect("GET /metrics")
         .text()
         .await
         .expect("metrics body");
-    let served = metric_value(
+    metric_value(
         &text,
         "slidegate_request_duration_seconds_count{transport=\"grpc\"}",
-    );
-    assert!(
-        served > 100.0,
-        "the restarted server served {served} calls: the generator did not dial again"
-    );
+    )
 }
 
 /// Connections are dealt out to the worker threads, and every worker decides on the same
