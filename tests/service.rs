@@ -1241,7 +1241,7 @@ async fn sigterm_lets_in_flight_calls_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_dials_again_after_the_server_restarts() {
     let args = ["--duration", "4s", "--warmup", "0s", "--json"];
-    let (output, second) = bench_across_a_restart(&args, Duration::from_secs(1)).await;
+    let (output, second) = bench_across_a_restart(&args, 500.0).await;
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON report");
     let errors = report["errors"].as_u64().expect("errors");
     assert!(
@@ -1262,11 +1262,7 @@ async fn bench_dials_again_after_the_server_restarts() {
 async fn bench_prefill_dials_again_after_the_server_restarts() {
     let args = ["--prefill", "20", "--keys", "500"];
     let paced = ["--duration", "200ms", "--rate", "10"];
-    let (output, second) = bench_across_a_restart(
-        &[&args[..], &paced[..]].concat(),
-        Duration::from_millis(500),
-    )
-    .await;
+    let (output, second) = bench_across_a_restart(&[&args[..], &paced[..]].concat(), 500.0).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("prefilled 500 keys x 20"),
@@ -1280,11 +1276,12 @@ async fn bench_prefill_dials_again_after_the_server_restarts() {
 }
 
 /// Runs `slidegate bench` (8 workers on 2 connections, plus `args`) against a server that is
-/// killed `after` into the run and started again on the same port; returns the generator's
-/// output, once it has exited successfully, and the second server.
+/// killed once it has answered `after_calls` calls (progress, not time, so that a faster machine
+/// does not finish first) and started again on the same port; returns the generator's output,
+/// once it has exited successfully, and the second server.
 async fn bench_across_a_restart(
     args: &[&str],
-    after: Duration,
+    after_calls: f64,
 ) -> (std::process::Output, Slidegate) {
     let first = Server::start(&[]);
     let bench = slidegate_command()
@@ -1295,7 +1292,11 @@ async fn bench_across_a_restart(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn slidegate bench");
-    tokio::time::sleep(after).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while grpc_calls_served(&first).await < after_calls {
+        assert!(Instant::now() < deadline, "the generator made no progress");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let second = restart(first).await;
     let output = tokio::task::spawn_blocking(move || bench.wait_with_output())
         .await
