@@ -35,6 +35,13 @@
 //! timer has millisecond granularity, which would otherwise add up to 1 ms). `--prefill N` first
 //! sends N requests for every key, once, from the first thread, so that a large key space starts
 //! full.
+//!
+//! With a `redis://` target there is no server in between: every call is a decision of
+//! slidegate's own Redis store, run in the generator (one connection per `--connections`, the
+//! deny cache off), with every descriptor one counter of [`DIRECT_LIMIT`] hits per
+//! [`DIRECT_WINDOW`], the rule `scripts/bench` gives the gRPC runs. The same workers, pacing and
+//! key space then measure the raw round trip of the script at a given load: the baseline that
+//! a gRPC run against slidegate's Redis store is compared with.
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -64,6 +71,7 @@ use rand_distr::{Distribution, Zipf};
 use tokio::net::TcpStream;
 
 use crate::server::grpc::encode_frame;
+use crate::store::{Counter, CounterKey, RedisOptions, RedisStore, Store};
 
 /// Errors that stop a benchmark (all but a thread's crash before it measures anything).
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +101,9 @@ pub enum KeyDistribution {
 /// Options of `slidegate bench`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchArgs {
-    /// gRPC address of the RateLimitService to load.
+    /// gRPC address of the RateLimitService to load (`http://host:port`), or a Redis server
+    /// (`redis://host:port`) to call directly with slidegate's Redis store, no server in between:
+    /// the raw round trip of the script under the same load (see the module docs).
     #[arg(
         long,
         env = "SLIDEGATE_BENCH_TARGET",
@@ -123,7 +133,8 @@ pub struct BenchArgs {
     /// Zipf exponent for `--distribution zipf` (1.0 is the classic skew).
     #[arg(long, env = "SLIDEGATE_BENCH_ZIPF_EXPONENT", default_value_t = 1.0)]
     pub zipf_exponent: f64,
-    /// HTTP/2 connections to open; workers are spread over them.
+    /// Connections to open (HTTP/2, or Redis for a `redis://` target); workers are spread over
+    /// them.
     #[arg(long, env = "SLIDEGATE_BENCH_CONNECTIONS", default_value_t = 4)]
     pub connections: usize,
     /// Requests in flight at once (closed-loop workers).
@@ -427,7 +438,7 @@ fn setup_thread(
     args: &BenchArgs,
     target: &Target,
     share: Share,
-) -> Result<(tokio::runtime::Runtime, Vec<RlsClient>), BenchError> {
+) -> Result<(tokio::runtime::Runtime, Vec<Client>), BenchError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -502,20 +513,29 @@ const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/Sh
 const STREAM_WINDOW: u32 = 4 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
 
-/// Where `--target` points: the address to dial, and the URI of the method there (its scheme and
-/// authority become every request's `:scheme` and `:authority`).
+/// Where `--target` points.
 #[derive(Clone, Debug)]
-struct Target {
-    addr: String,
-    uri: Uri,
+enum Target {
+    /// A RateLimitService over plain HTTP/2: the address to dial, and the URI of the method there
+    /// (its scheme and authority become every request's `:scheme` and `:authority`).
+    Rls { addr: String, uri: Uri },
+    /// A Redis server, called directly (see the module docs).
+    Redis { url: String },
 }
 
 impl Target {
-    /// Accepts `http://host[:port]` (port 80 by default): the generator speaks plain HTTP/2 only.
+    /// Accepts `http://host[:port]` (port 80 by default; the generator speaks plain HTTP/2 only)
+    /// and `redis://...`, any URL slidegate's Redis store takes.
     fn parse(target: &str) -> Result<Self, BenchError> {
+        if target.starts_with("redis://") {
+            return Ok(Target::Redis {
+                url: target.to_string(),
+            });
+        }
         let invalid = || {
             BenchError::Invalid(format!(
-                "--target must be http://host:port (plain HTTP/2, no TLS), got {target:?}"
+                "--target must be http://host:port (plain HTTP/2, no TLS) or redis://host:port, \
+                 got {target:?}"
             ))
         };
         let uri: Uri = target.parse().map_err(|_| invalid())?;
@@ -534,39 +554,123 @@ impl Target {
             .path_and_query(PathAndQuery::from_static(SHOULD_RATE_LIMIT))
             .build()
             .map_err(|_| invalid())?;
-        Ok(Target { addr, uri })
+        Ok(Target::Rls { addr, uri })
     }
 }
 
-/// Opens `count` HTTP/2 connections on the current runtime.
+/// Opens `count` connections to the target on the current runtime.
 async fn connect(
     args: &BenchArgs,
     target: &Target,
     count: usize,
-) -> Result<Vec<RlsClient>, BenchError> {
+) -> Result<Vec<Client>, BenchError> {
+    let failed = |source| BenchError::Connect {
+        target: args.target.clone(),
+        source,
+    };
     let mut clients = Vec::with_capacity(count);
     for _ in 0..count {
-        let send = open(&target.addr)
-            .await
-            .map_err(|source| BenchError::Connect {
-                target: args.target.clone(),
-                source,
-            })?;
-        let connection = Arc::new(Connection {
-            addr: target.addr.clone(),
-            current: parking_lot::Mutex::new((0, send.clone())),
-            last_dial: tokio::sync::Mutex::new(None),
-            timeout: args.timeout,
-        });
-        clients.push(RlsClient {
-            send,
-            generation: 0,
-            connection,
-            uri: target.uri.clone(),
-            timeout: args.timeout,
-        });
+        let client = match target {
+            Target::Rls { addr, uri } => Client::Rls(
+                RlsClient::connect(addr, uri, args.timeout)
+                    .await
+                    .map_err(failed)?,
+            ),
+            Target::Redis { url } => Client::Redis(Arc::new(
+                direct_store(url, args.timeout)
+                    .await
+                    .map_err(|e| failed(e.into()))?,
+            )),
+        };
+        clients.push(client);
     }
     Ok(clients)
+}
+
+/// A client of any target: what a worker calls.
+#[derive(Clone)]
+enum Client {
+    Rls(RlsClient),
+    /// Shared by the workers of one connection, like a connection of slidegate's.
+    Redis(Arc<RedisStore>),
+}
+
+impl Client {
+    /// Sends `request` (encoded into `buf`, which is reused). `Ok(true)` when it was over the limit.
+    async fn over_limit(
+        &mut self,
+        request: &RateLimitRequest,
+        buf: &mut BytesMut,
+    ) -> Result<bool, CallError> {
+        match self {
+            Client::Rls(client) => {
+                let response = client.should_rate_limit(encode_frame(request, buf)).await?;
+                Ok(response.overall_code == Code::OverLimit as i32)
+            }
+            Client::Redis(store) => match store.decide(&direct_counters(request)).await {
+                Ok(decision) => Ok(!decision.allowed),
+                Err(_) => Err(CallError::Store),
+            },
+        }
+    }
+
+    /// After a failed call: see [`RlsClient::recover`]. A Redis connection reconnects by itself;
+    /// the pause keeps a worker from spinning while Redis is away.
+    async fn recover(&mut self) {
+        match self {
+            Client::Rls(client) => client.recover().await,
+            Client::Redis(_) => tokio::time::sleep(REDIAL_PAUSE / 10).await,
+        }
+    }
+}
+
+/// Hits per window of every counter of a `redis://` target: the rule `scripts/bench` gives the
+/// gRPC runs (and its `redis-benchmark` runs of the script).
+pub const DIRECT_LIMIT: u64 = 100;
+/// The window of every counter of a `redis://` target.
+pub const DIRECT_WINDOW: Duration = Duration::from_secs(1);
+
+/// slidegate's Redis store with one connection, opened now on the current runtime (so that its
+/// driver runs here), and no deny cache: every call goes to Redis.
+async fn direct_store(
+    url: &str,
+    timeout: Duration,
+) -> Result<RedisStore, crate::store::StoreError> {
+    let options = RedisOptions {
+        url: url.to_string(),
+        timeout,
+        deny_cache: 0,
+        connections: 1,
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::connect(&options).await?;
+    store.ping().await?;
+    Ok(store)
+}
+
+/// The counters slidegate would decide for `request` under a rule of [`DIRECT_LIMIT`] per
+/// [`DIRECT_WINDOW`] on each of its descriptors: the same keys, limits and hits.
+fn direct_counters(request: &RateLimitRequest) -> Vec<Counter> {
+    let hits = u64::from(request.hits_addend.max(1));
+    let entries = |d: &RateLimitDescriptor| {
+        let pairs = d.entries.iter();
+        CounterKey::new(
+            &request.domain,
+            pairs.map(|e| (e.key.as_str(), e.value.as_str())),
+            DIRECT_WINDOW,
+        )
+    };
+    request
+        .descriptors
+        .iter()
+        .map(|d| Counter {
+            key: entries(d),
+            limit: DIRECT_LIMIT,
+            window: DIRECT_WINDOW,
+            hits,
+            shadow: false,
+        })
+        .collect()
 }
 
 /// How long a failed dial keeps the others from dialling again: a stopped server is tried ten
@@ -582,13 +686,12 @@ struct Connection {
     current: parking_lot::Mutex<(u64, SendRequest<Bytes>)>,
     /// When a worker last dialled; held while dialling, so only one worker dials at a time.
     last_dial: tokio::sync::Mutex<Option<Instant>>,
-    timeout: Duration,
 }
 
 impl Connection {
     /// After generation `seen` was found dead: the next generation's handle, dialled here unless
     /// another worker already did. `None` while the server cannot be reached.
-    async fn replace(&self, seen: u64) -> Option<(u64, SendRequest<Bytes>)> {
+    async fn replace(&self, seen: u64, timeout: Duration) -> Option<(u64, SendRequest<Bytes>)> {
         let mut last_dial = self.last_dial.lock().await;
         {
             let current = self.current.lock();
@@ -600,7 +703,7 @@ impl Connection {
             return None;
         }
         *last_dial = Some(Instant::now());
-        let dialled = tokio::time::timeout(self.timeout, open(&self.addr)).await;
+        let dialled = tokio::time::timeout(timeout, open(&self.addr)).await;
         let send = dialled.ok()?.ok()?;
         let mut current = self.current.lock();
         *current = (seen + 1, send);
@@ -639,6 +742,27 @@ struct RlsClient {
 }
 
 impl RlsClient {
+    /// Dials `addr`; calls go to the method at `uri`.
+    async fn connect(
+        addr: &str,
+        uri: &Uri,
+        timeout: Duration,
+    ) -> Result<RlsClient, Box<dyn std::error::Error + Send + Sync>> {
+        let send = open(addr).await?;
+        let connection = Arc::new(Connection {
+            addr: addr.to_string(),
+            current: parking_lot::Mutex::new((0, send.clone())),
+            last_dial: tokio::sync::Mutex::new(None),
+        });
+        Ok(RlsClient {
+            send,
+            generation: 0,
+            connection,
+            uri: uri.clone(),
+            timeout,
+        })
+    }
+
     /// One `ShouldRateLimit` call sending `frame` (see [`encode_frame`]), bounded by `--timeout`.
     async fn should_rate_limit(&mut self, frame: Bytes) -> Result<RateLimitResponse, CallError> {
         let call = call(&mut self.send, grpc_request(&self.uri), frame);
@@ -654,7 +778,7 @@ impl RlsClient {
         if !matches!(state, Poll::Ready(Err(_))) {
             return; // The connection is fine: only that call failed.
         }
-        match self.connection.replace(self.generation).await {
+        match self.connection.replace(self.generation, self.timeout).await {
             Some((generation, send)) => (self.generation, self.send) = (generation, send),
             None => tokio::time::sleep(REDIAL_PAUSE / 10).await,
         }
@@ -674,6 +798,8 @@ enum CallError {
     Frame,
     /// No answer within `--timeout`.
     Timeout,
+    /// A `redis://` target's store failed (Redis error, lost connection or timeout).
+    Store,
 }
 
 impl From<h2::Error> for CallError {
@@ -756,7 +882,7 @@ fn decode_frame<M: Message + Default>(frame: &[u8]) -> Result<M, CallError> {
 async fn drive(
     args: &BenchArgs,
     share: Share,
-    clients: &[RlsClient],
+    clients: &[Client],
     keys: &Arc<KeySpace>,
     start: Instant,
     duration: Duration,
@@ -794,7 +920,7 @@ async fn drive(
 }
 
 struct Worker {
-    client: RlsClient,
+    client: Client,
     keys: Arc<KeySpace>,
     /// Built once; each call only rewrites the descriptor values.
     request: RateLimitRequest,
@@ -818,16 +944,14 @@ impl Worker {
                 tokio::time::sleep_until(next_send.into()).await;
                 next_send += interval;
             }
-            let frame = self.next_frame();
+            self.draw_values();
             let sent = Instant::now();
-            let outcome = self.client.should_rate_limit(frame).await;
+            let outcome = self.client.over_limit(&self.request, &mut self.buf).await;
             let micros = sent.elapsed().as_micros().min(u64::MAX as u128) as u64;
             let _ = stats.histogram.record(micros.max(1));
             match outcome {
-                Ok(response) if response.overall_code == Code::OverLimit as i32 => {
-                    stats.denied += 1
-                }
-                Ok(_) => stats.allowed += 1,
+                Ok(true) => stats.denied += 1,
+                Ok(false) => stats.allowed += 1,
                 Err(_) => {
                     stats.errors += 1;
                     self.client.recover().await;
@@ -840,11 +964,10 @@ impl Worker {
         stats
     }
 
-    /// The next request, with freshly drawn values, encoded.
-    fn next_frame(&mut self) -> Bytes {
+    /// Draws the next request's values.
+    fn draw_values(&mut self) {
         let (keys, rng) = (&self.keys, &mut self.rng);
         set_values(&mut self.request, |_| keys.sample(rng));
-        encode_frame(&self.request, &mut self.buf)
     }
 }
 
@@ -881,7 +1004,7 @@ fn set_values(request: &mut RateLimitRequest, mut pick: impl FnMut(usize) -> u64
 /// Sends `--prefill` rounds of one request for every key (all descriptor positions on the same
 /// key), `--concurrency` at a time. Errors are counted and reported, not fatal: the measured phase
 /// reports its own. A lost connection is dialled again, as in the measured phase.
-async fn prefill(args: &BenchArgs, clients: &[RlsClient]) {
+async fn prefill(args: &BenchArgs, clients: &[Client]) {
     let next = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -900,8 +1023,7 @@ async fn prefill(args: &BenchArgs, clients: &[RlsClient]) {
                     break;
                 }
                 set_values(&mut request, |_| n % keys);
-                let frame = encode_frame(&request, &mut buf);
-                if client.should_rate_limit(frame).await.is_err() {
+                if client.over_limit(&request, &mut buf).await.is_err() {
                     errors.fetch_add(1, Ordering::Relaxed);
                     client.recover().await;
                 }
@@ -1214,21 +1336,25 @@ mod tests {
     }
 
     #[test]
-    fn target_must_be_plain_http() {
-        let target = Target::parse("http://127.0.0.1:8081").expect("plain http");
-        assert_eq!(target.addr, "127.0.0.1:8081");
+    fn targets_are_plain_http_or_redis() {
+        let addr = |target: &str| match Target::parse(target) {
+            Ok(Target::Rls { addr, .. }) => Some(addr),
+            _ => None,
+        };
+        let Ok(Target::Rls { addr: a, uri }) = Target::parse("http://127.0.0.1:8081") else {
+            panic!("plain http is a gRPC target");
+        };
+        assert_eq!(a, "127.0.0.1:8081");
         assert_eq!(
-            target.uri.to_string(),
+            uri.to_string(),
             format!("http://127.0.0.1:8081{SHOULD_RATE_LIMIT}")
         );
-        assert_eq!(
-            Target::parse("http://[::1]:9/").map(|t| t.addr).ok(),
-            Some("[::1]:9".into())
-        );
-        assert_eq!(
-            Target::parse("http://localhost").map(|t| t.addr).ok(),
-            Some("localhost:80".into())
-        );
+        assert_eq!(addr("http://[::1]:9/"), Some("[::1]:9".into()));
+        assert_eq!(addr("http://localhost"), Some("localhost:80".into()));
+        assert!(matches!(
+            Target::parse("redis://127.0.0.1:6379"),
+            Ok(Target::Redis { url }) if url == "redis://127.0.0.1:6379"
+        ));
         for bad in [
             "https://127.0.0.1:8081",
             "127.0.0.1:8081",
@@ -1240,6 +1366,21 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// A `redis://` target decides the counters slidegate would for the same request under the
+    /// `scripts/bench` rule: one per descriptor, keyed by the domain and the descriptor's entries.
+    #[test]
+    fn direct_counters_are_the_servers() {
+        let mut request = request_template("bench", "client", 2, 0);
+        set_values(&mut request, |position| position as u64 + 7);
+        let counters = direct_counters(&request);
+        assert_eq!(counters.len(), 2);
+        assert_eq!(counters[1].key.as_str(), "{bench:client=1-8}1000");
+        assert!(counters.iter().all(|c| c.hits == 1
+            && c.limit == DIRECT_LIMIT
+            && c.window == DIRECT_WINDOW
+            && !c.shadow));
     }
 
     /// A thread that cannot connect must stop all of them at the first barrier, not hang them.

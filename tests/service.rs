@@ -1275,6 +1275,69 @@ async fn bench_prefill_dials_again_after_the_server_restarts() {
     );
 }
 
+/// `slidegate bench --target redis://` is the baseline of a Redis-store run: slidegate's own store
+/// called from the generator, no server in between. It must write the very counters a server with
+/// `scripts/bench`'s rule (100 per second) writes for the same requests, make one script call per
+/// request, and count allowed and denied calls from the store's decisions.
+#[test]
+fn bench_calls_redis_directly_with_the_servers_counters() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Every command goes to the slow log, with its arguments: the keys the scripts were run on,
+    // which expire a second after their last hit.
+    redis.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    let keys_written = || {
+        let log = redis.cli(&["SLOWLOG", "GET", "128"]);
+        redis.cli(&["SLOWLOG", "RESET"]);
+        let mut keys: Vec<String> = log
+            .lines()
+            .filter(|line| line.starts_with("slidegate:"))
+            .map(str::to_string)
+            .collect();
+        keys.dedup();
+        keys
+    };
+    let bench = |target: &str| {
+        let mut command = slidegate_command();
+        command.args(["bench", "--target", target, "--json", "--keys", "1"]);
+        command.args(["--duration", "1s", "--warmup", "0s", "--timeout", "2s"]);
+        command.args(["--concurrency", "4", "--connections", "2"]);
+        let out = support::run_ok(&mut command, "slidegate bench");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+        let count = |field: &str| report[field].as_u64().expect(field);
+        let (requests, allowed) = (count("requests"), count("allowed"));
+        assert_eq!(count("errors"), 0, "{report}");
+        assert_eq!(allowed + count("denied"), requests, "{report}");
+        // One key, 100 per sliding second, four workers flat out for one second: the first 100
+        // are allowed, and at most 100 more as the window slides; the rest are denied.
+        assert!((100..=200).contains(&allowed), "{report}");
+        assert!(requests > allowed, "nothing was denied: {report}");
+        requests
+    };
+    let key = "slidegate:{bench:client=0-0}1000";
+
+    let requests = bench(&redis.url());
+    let evalsha = redis.command_calls("evalsha");
+    // Plus one NOSCRIPT answer for each of the (at most 4) calls sent before the script was loaded.
+    assert!(
+        (requests..=requests + 4).contains(&evalsha),
+        "{evalsha} EVALSHA for {requests} requests"
+    );
+    assert_eq!(keys_written(), [key]);
+
+    // A server with the same rule, loaded the same way, runs the script on the same key.
+    let rules = r#"
+domain: bench
+descriptors:
+  - key: client
+    rate_limit: { unit: second, requests_per_unit: 100 }
+"#;
+    let server = Server::start_with_rules(rules, &["--redis-url", &redis.url()]);
+    bench(&server.grpc_uri());
+    assert_eq!(keys_written(), [key]);
+}
+
 /// Runs `slidegate bench` (8 workers on 2 connections, plus `args`) against a server that is
 /// killed once it has answered `after_calls` calls (progress, not time, so that a faster machine
 /// does not finish first) and started again on the same port; returns the generator's output,
