@@ -653,11 +653,11 @@ async fn direct_store(
 /// [`DIRECT_WINDOW`] on each of its descriptors: the same keys, limits and hits.
 fn direct_counters(request: &RateLimitRequest) -> Vec<Counter> {
     let hits = u64::from(request.hits_addend.max(1));
-    let entries = |d: &RateLimitDescriptor| {
-        let pairs = d.entries.iter();
+    let key_of = |d: &RateLimitDescriptor| {
+        let entries = d.entries.iter();
         CounterKey::new(
             &request.domain,
-            pairs.map(|e| (e.key.as_str(), e.value.as_str())),
+            entries.map(|e| (e.key.as_str(), e.value.as_str())),
             DIRECT_WINDOW,
         )
     };
@@ -665,7 +665,7 @@ fn direct_counters(request: &RateLimitRequest) -> Vec<Counter> {
         .descriptors
         .iter()
         .map(|d| Counter {
-            key: entries(d),
+            key: key_of(d),
             limit: DIRECT_LIMIT,
             window: DIRECT_WINDOW,
             hits,
