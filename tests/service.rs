@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::UInt64Value;
 use support::{
     RedisServer, Slidegate, call, descriptor, free_port, metric_value, promtool_check_metrics,
-    request, slidegate_command, wait_until,
+    request, run_ok, slidegate_command, wait_until,
 };
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -1248,7 +1248,7 @@ async fn bench_dials_again_after_the_server_restarts() {
         errors > 0,
         "no call failed while the server was down: {report}"
     );
-    let served = grpc_calls_served(&second).await;
+    let served = grpc_calls_served(&second);
     assert!(
         served > 100.0,
         "the restarted server served {served} calls: the generator did not dial again"
@@ -1268,7 +1268,7 @@ async fn bench_prefill_dials_again_after_the_server_restarts() {
         stderr.contains("prefilled 500 keys x 20"),
         "the prefill ran into the restart: {stderr}"
     );
-    let served = grpc_calls_served(&second).await;
+    let served = grpc_calls_served(&second);
     assert!(
         served > 1000.0,
         "the restarted server served {served} calls: the prefill did not dial again\n{stderr}"
@@ -1303,7 +1303,7 @@ fn bench_calls_redis_directly_with_the_servers_counters() {
         command.args(["bench", "--target", target, "--json", "--keys", "1"]);
         command.args(["--duration", "1s", "--warmup", "0s", "--timeout", "2s"]);
         command.args(["--concurrency", "4", "--connections", "2"]);
-        let out = support::run_ok(&mut command, "slidegate bench");
+        let out = run_ok(&mut command, "slidegate bench");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
         let count = |field: &str| report[field].as_u64().expect(field);
         let (requests, allowed) = (count("requests"), count("allowed"));
@@ -1356,7 +1356,7 @@ async fn bench_across_a_restart(
         .spawn()
         .expect("spawn slidegate bench");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while grpc_calls_served(&first).await < after_calls {
+    while grpc_calls_served(&first) < after_calls {
         assert!(Instant::now() < deadline, "the generator made no progress");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -1391,13 +1391,9 @@ async fn restart(server: Server) -> Slidegate {
 }
 
 /// gRPC calls a server has answered, from its metrics.
-async fn grpc_calls_served(server: &Slidegate) -> f64 {
-    let text = reqwest::get(server.url("/metrics"))
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics body");
+fn grpc_calls_served(server: &Slidegate) -> f64 {
+    let (status, text) = server.get("/metrics");
+    assert_eq!(status, 200, "GET /metrics: {text}");
     metric_value(
         &text,
         "slidegate_request_duration_seconds_count{transport=\"grpc\"}",
