@@ -9,7 +9,7 @@
 -- ARGV[1]            the request id: member of its first hit on a key; hit n > 1 is ARGV[1] .. ':' .. n
 -- ARGV[2 + 4(i-1)..] per counter: limit, window (us), hits, shadow ('1' or '0')
 --
--- Returns { allowed, now, then per counter: over, count, reset_after_us, reset1_us }
+-- Returns { allowed, then per counter: over, count, reset_after_us, reset1_us }
 --   over            1 if this counter cannot take the request's hits
 --   count           hits in the window after the decision
 --   reset_after_us  over: until the request's hits fit (the window if they never can);
@@ -74,7 +74,7 @@ for i = 1, n do
   end
 end
 
-local out = { allowed, now }
+local out = { allowed }
 local added = {}
 for i = 1, n do
   local key = KEYS[i]

@@ -164,14 +164,14 @@ pub struct Reply {
     pub counters: Vec<Reported>,
 }
 
-/// Reads `{allowed, now, (over, count, reset_after_us, reset1_us)*}` for `counters`, in order.
+/// Reads `{allowed, (over, count, reset_after_us, reset1_us)*}` for `counters`, in order.
 pub fn parse<'c, I>(reply: &[i64], counters: I) -> Result<Reply, StoreError>
 where
     I: IntoIterator<Item = &'c Counter>,
     I::IntoIter: ExactSizeIterator,
 {
     let counters = counters.into_iter();
-    let expected = 2 + 4 * counters.len();
+    let expected = 1 + 4 * counters.len();
     if reply.len() != expected {
         return Err(StoreError::Backend(format!(
             "sliding-window script returned {} values, expected {expected}",
@@ -179,7 +179,7 @@ where
         )));
     }
     let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
-    let counters = reply[2..]
+    let counters = reply[1..]
         .chunks_exact(4)
         .zip(counters)
         .map(|(r, c)| {
@@ -246,13 +246,14 @@ mod tests {
             hits: 1,
             shadow: false,
         };
-        let reply = parse(&[0, 1, 1, 5, 300, 250], [&c]).expect("parse");
+        let reply = parse(&[0, 1, 5, 300, 250], [&c]).expect("parse");
         assert!(!reply.allowed);
         assert_eq!(reply.counters[0].result.remaining, 0);
         assert_eq!(
             reply.counters[0].one_hit_fits_in,
             Some(Duration::from_micros(250))
         );
-        assert!(parse(&[1, 1], [&c]).is_err());
+        assert!(parse(&[1], [&c]).is_err());
+        assert!(parse(&[1, 0, 1, 0, -1, 0], [&c]).is_err());
     }
 }
