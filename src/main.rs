@@ -85,7 +85,7 @@ struct ServeArgs {
     #[arg(long, env = "SLIDEGATE_REDIS_TLS_CA_FILE")]
     redis_tls_ca_file: Option<PathBuf>,
     /// Capacity (counters) of the local cache of known denies that saves Redis round trips; 0 turns
-    /// it off. Standalone Redis only.
+    /// it off.
     #[arg(long, env = "SLIDEGATE_REDIS_DENY_CACHE", default_value_t = 100_000)]
     redis_deny_cache: usize,
     /// What to answer when the store fails: `error` (gRPC UNAVAILABLE / HTTP 503, the proxy's

@@ -112,19 +112,25 @@ impl Fixture {
         })
     }
 
-    async fn cluster() -> Option<Fixture> {
+    async fn cluster(deny_cache: bool) -> Option<Fixture> {
         let cluster = RedisCluster::start()?;
-        let store = RedisStore::connect(&cluster_options(cluster.urls()))
-            .await
-            .expect("connect");
+        let mut opts = cluster_options(cluster.urls());
+        if deny_cache {
+            opts.deny_cache = 1000;
+        }
+        let store = RedisStore::connect(&opts).await.expect("connect");
         assert_eq!(store.kind(), "redis-cluster");
         store.ping().await.expect("ping");
-        assert!(store.deny_cache().is_none(), "no deny cache in a cluster");
+        assert_eq!(store.deny_cache().is_some(), deny_cache);
         Some(Fixture {
-            name: "cluster",
+            name: if deny_cache {
+                "cluster+cache"
+            } else {
+                "cluster"
+            },
             store: Arc::new(store),
             backend: Backend::Cluster(cluster),
-            cached: false,
+            cached: deny_cache,
             started: Instant::now(),
         })
     }
@@ -163,13 +169,17 @@ impl Fixture {
 
     /// `redis-cli` on the node that holds `counter` (the key appended to `args`); `None` for memory.
     fn cli(&self, args: &[&str], counter: &Counter) -> Option<String> {
-        let key = format!("{PREFIX}{}", counter.key.as_str());
+        self.cli_key(args, &format!("{PREFIX}{}", counter.key.as_str()))
+    }
+
+    /// `redis-cli` on the node that holds `key` (appended to `args`); `None` for memory.
+    fn cli_key(&self, args: &[&str], key: &str) -> Option<String> {
         let mut all: Vec<&str> = args.to_vec();
-        all.push(&key);
+        all.push(key);
         match &self.backend {
             Backend::Memory(..) => None,
             Backend::Redis(server) => Some(server.cli(&all)),
-            Backend::Cluster(cluster) => Some(cluster.node_for(&key).cli(&all)),
+            Backend::Cluster(cluster) => Some(cluster.node_for(key).cli(&all)),
         }
     }
 
@@ -365,10 +375,14 @@ async fn cross_slot(f: &Fixture) {
             assert_eq!(d.counters[0].remaining, 3);
         }
     }
-    if let Some(card) = f.cli(&["ZCARD"], &b) {
+    let log = format!("{PREFIX}{}p", b.key.as_str());
+    for card in [f.cli(&["ZCARD"], &b), f.cli_key(&["ZCARD"], &log)]
+        .into_iter()
+        .flatten()
+    {
         assert_eq!(
             card, "0",
-            "[{}] no member of a denied request remains",
+            "[{}] no member of a denied request remains, in the counter or its provisional log",
             f.name
         );
     }
@@ -533,7 +547,15 @@ async fn suite_redis_with_deny_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_redis_cluster() {
-    let Some(f) = Fixture::cluster().await else {
+    let Some(f) = Fixture::cluster(false).await else {
+        return;
+    };
+    run_suite(&f).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_redis_cluster_with_deny_cache() {
+    let Some(f) = Fixture::cluster(true).await else {
         return;
     };
     run_suite(&f).await;
@@ -703,9 +725,13 @@ async fn two_cluster_replicas_are_exact_under_concurrency() {
     let Some(cluster) = RedisCluster::start() else {
         return;
     };
-    let opts = cluster_options(cluster.urls());
+    // One replica with the deny cache (the default), one without.
     let mut stores: Vec<Arc<dyn Store>> = Vec::new();
-    for _ in 0..2 {
+    for deny_cache in [1000, 0] {
+        let opts = RedisOptions {
+            deny_cache,
+            ..cluster_options(cluster.urls())
+        };
         stores.push(Arc::new(RedisStore::connect(&opts).await.expect("connect")));
     }
     let w = Duration::from_secs(60);
@@ -718,8 +744,11 @@ async fn two_cluster_replicas_are_exact_under_concurrency() {
     assert!((1..=30).contains(&admitted), "admitted {admitted}");
     for c in [&a, &b] {
         let key = format!("{PREFIX}{}", c.key.as_str());
-        let card = cluster.node_for(&key).cli(&["ZCARD", &key]);
-        assert_eq!(card, admitted.to_string(), "{key}");
+        let log = format!("{key}p");
+        for key in [&key, &log] {
+            let card = cluster.node_for(key).cli(&["ZCARD", key]);
+            assert_eq!(card, admitted.to_string(), "{key}");
+        }
     }
     eprintln!(
         "cross-slot under contention: {admitted} of 30 admitted (the rest spuriously denied)"
@@ -1285,4 +1314,73 @@ async fn deny_cache_never_denies_what_redis_would_allow() {
         assert!(!d.allowed || truth.counters[0].reset_after < Duration::from_millis(20));
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// In a cluster, the hits of a cross-slot request may be taken back early (the compensation of a
+/// deny on another slot), so a counter they fill must not be cached as full: once they are gone,
+/// Redis admits again at once, and the cache must too. A counter filled by single-slot requests
+/// is cached as on a standalone server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_deny_cache_never_caches_what_a_take_back_can_free() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&RedisOptions {
+        deny_cache: 1000,
+        ..cluster_options(cluster.urls())
+    })
+    .await
+    .expect("connect");
+    let cache = store
+        .deny_cache()
+        .expect("the cluster store has a deny cache");
+    let w = Duration::from_secs(60);
+
+    // A cross-slot request fills `a` (limit 1); its hit is provisional.
+    let (a, b) = two_slots("provisional", 1, 5, w);
+    let d = store.decide(&[a.clone(), b.clone()]).await.expect("decide");
+    assert!(d.allowed);
+    let key = format!("{PREFIX}{}", a.key.as_str());
+    let log = format!("{key}p");
+    let node = cluster.node_for(&key);
+    assert_eq!(
+        node.cli(&["ZCARD", &log]),
+        "1",
+        "the hit is in the provisional log"
+    );
+    // Full now, but only through a provisional hit: denied by Redis, not cached.
+    let d = store
+        .decide(std::slice::from_ref(&a))
+        .await
+        .expect("decide");
+    assert!(!d.allowed && d.counters[0].over_limit);
+    assert_eq!(cache.denied_for(&a.key, a.limit, Instant::now()), None);
+    // The hit leaves early, as a late take-back would remove it: `a` admits again at once.
+    let member = node.cli(&["ZRANGE", &key, "0", "0"]);
+    assert_eq!(node.cli(&["ZREM", &key, member.trim()]), "1");
+    assert_eq!(node.cli(&["ZREM", &log, member.trim()]), "1");
+    let d = store
+        .decide(std::slice::from_ref(&a))
+        .await
+        .expect("decide");
+    assert!(d.allowed, "the cache denied what Redis allows");
+
+    // Filled by a single-slot request (the one just admitted): the deny is cached.
+    let d = store
+        .decide(std::slice::from_ref(&a))
+        .await
+        .expect("decide");
+    assert!(!d.allowed);
+    let cached = cache.denied_for(&a.key, a.limit, Instant::now());
+    assert!(
+        cached.is_some_and(|left| left > w - Duration::from_secs(5)),
+        "{cached:?}"
+    );
+    let calls = node.command_calls("evalsha");
+    let d = store
+        .decide(std::slice::from_ref(&a))
+        .await
+        .expect("decide");
+    assert!(!d.allowed && d.counters[0].over_limit);
+    assert_eq!(node.command_calls("evalsha"), calls, "denied locally");
 }

@@ -12,8 +12,12 @@
 //!
 //! Only enforced counters are cached (a shadow counter never denies). The entry is keyed by counter
 //! key *and* limit, so a reload that raises a limit does not keep the old answer. It is exact only
-//! while nothing but time removes hits: that holds for standalone Redis, not for a cluster, whose
-//! cross-slot compensation takes hits back early, so the cluster store runs without this cache.
+//! while nothing but time removes hits. That holds for standalone Redis. In a cluster, a request
+//! whose counters span several slots may have its hits taken back early (the compensation of a
+//! cross-slot deny); the script keeps those hits in a provisional log too, and reports a counter
+//! that they help fill as uncertain ([`Reported::provisional`]), which is never cached.
+//!
+//! [`Reported::provisional`]: super::script::Reported::provisional
 //!
 //! Bounded: [`SHARDS`] maps of at most `capacity / SHARDS` entries; a full shard first drops
 //! expired entries and otherwise skips caching (the request then simply goes to Redis).

@@ -39,6 +39,13 @@
 //! - if the compensation itself fails (node down), those hits stay until they leave the window:
 //!   again over-counting, never under-counting.
 //!
+//! The deny cache needs a counter's full state to end only with time, and a compensation ends it
+//! early. So the hits of a cross-slot request also go to the counter's provisional log
+//! (`prefix + CounterKey + "p"`, same slot), and the compensation removes them from both. A full
+//! counter whose window holds provisional hits is reported as such and not cached; requests that
+//! stay within one slot (one descriptor, or descriptors sharing a hash tag) are cached exactly as
+//! on a standalone server.
+//!
 //! # Timeouts and failures
 //! Every call runs under the constructor's timeout (`tokio::time::timeout`), because a client that
 //! waits for a dead server holds every request hostage. Errors are [`StoreError::Timeout`],
@@ -56,6 +63,7 @@ mod per_thread;
 mod redact;
 pub mod script;
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,7 +81,7 @@ use tokio::sync::OnceCell;
 pub use deny_cache::{DenyCache, Lookup, Refresh};
 use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
-use script::{Reply, RequestIds};
+use script::{Reply, Reported, RequestIds, Scope};
 
 use super::{Counter, CounterKey, CounterResult, Decision, Store, StoreError};
 
@@ -251,8 +259,7 @@ impl RedisStore {
                 conn: PerThread::new(opts.connections, || Ok::<_, StoreError>(OnceCell::new()))?,
             }))
         };
-        let deny_cache = (matches!(conn, Conn::Standalone(_)) && opts.deny_cache > 0)
-            .then(|| DenyCache::new(opts.deny_cache));
+        let deny_cache = (opts.deny_cache > 0).then(|| DenyCache::new(opts.deny_cache));
         Ok(RedisStore {
             conn,
             prefix: opts.prefix.clone(),
@@ -264,7 +271,7 @@ impl RedisStore {
         })
     }
 
-    /// The deny cache, when on (standalone only).
+    /// The deny cache, when on.
     pub fn deny_cache(&self) -> Option<&DenyCache> {
         self.deny_cache.as_ref()
     }
@@ -274,35 +281,47 @@ impl RedisStore {
         format!("{}{}", self.prefix, key.as_str())
     }
 
-    async fn decide_standalone(
+    /// Asks Redis for the decision on `counters` in one script call.
+    async fn ask_standalone(
         &self,
         conn: &ConnectionManager,
         counters: &[Counter],
-    ) -> Result<Decision, StoreError> {
-        let mut refreshes = Vec::new();
-        // Each wait is bounded by the leader's own deadline; past a quarter of ours, stop
-        // waiting for other requests' answers and ask Redis, so that waiting never turns a
-        // request into a timeout.
-        let stop_waiting = Instant::now() + self.timeout / 4;
-        while Instant::now() < stop_waiting {
-            match self.consult_cache(counters, Instant::now()) {
-                Consult::Deny(decision) => return Ok(decision),
-                Consult::Wait(mut done) => {
-                    let _ = done.changed().await;
-                }
-                Consult::Ask(leads) => {
-                    refreshes = leads;
-                    break;
-                }
-            }
-        }
-        let sent = Instant::now();
+    ) -> Result<Reply, StoreError> {
         let id = self.ids.next();
-        let cmd = script::command(&self.prefix, counters.iter(), &id);
+        let cmd = script::command(&self.prefix, counters.iter(), &id, Scope::Standalone);
         let reply = script::run(&mut conn.clone(), &cmd)
             .await
             .map_err(|e| self.error(e))?;
-        let reply = script::parse(&reply, counters)?;
+        script::parse(&reply, counters)
+    }
+
+    /// Consults the deny cache until it denies the request or lets it ask Redis, waiting while
+    /// another request refreshes one of its counters. Each wait is bounded by the leader's own
+    /// deadline; past a quarter of ours, stop waiting for other requests' answers and ask Redis, so
+    /// that waiting never turns a request into a timeout.
+    async fn consult(&self, counters: &[Counter]) -> ControlFlow<Decision, Vec<(usize, Refresh)>> {
+        let stop_waiting = Instant::now() + self.timeout / 4;
+        while Instant::now() < stop_waiting {
+            match self.consult_cache(counters, Instant::now()) {
+                Consult::Deny(decision) => return ControlFlow::Break(decision),
+                Consult::Wait(mut done) => {
+                    let _ = done.changed().await;
+                }
+                Consult::Ask(leads) => return ControlFlow::Continue(leads),
+            }
+        }
+        ControlFlow::Continue(Vec::new())
+    }
+
+    /// Stores what Redis said about the counters of a request sent at `sent`, then releases the
+    /// refreshes this request led: the requests that waited for them find the answer cached.
+    fn remember(
+        &self,
+        counters: &[Counter],
+        reply: &Reply,
+        sent: Instant,
+        refreshes: Vec<(usize, Refresh)>,
+    ) {
         if let Some(cache) = &self.deny_cache {
             for (c, r) in counters.iter().zip(&reply.counters) {
                 if let (false, Some(wait)) = (c.shadow, full_for(r, reply.allowed)) {
@@ -316,12 +335,7 @@ impl RedisStore {
                 }
             }
         }
-        // Only now wake the requests that waited for this answer: the cache holds it.
         drop(refreshes);
-        Ok(Decision {
-            allowed: reply.allowed,
-            counters: reply.counters.into_iter().map(|r| r.result).collect(),
-        })
     }
 
     /// Consults the deny cache for every enforced counter; see [`DenyCache`].
@@ -364,22 +378,30 @@ impl RedisStore {
         }
     }
 
-    async fn decide_cluster(
+    /// Asks the cluster: one script call per slot, concurrently; if any slot denies, the hits the
+    /// others recorded are taken back (see the module docs).
+    async fn ask_cluster(
         &self,
         conn: &ClusterConnection,
         counters: &[Counter],
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Reply, StoreError> {
         let keys: Vec<String> = counters.iter().map(|c| self.redis_key(&c.key)).collect();
         let id = self.ids.next();
         let groups = group_by_slot(&keys);
+        let scope = if groups.len() == 1 {
+            Scope::Slot
+        } else {
+            Scope::SlotPart
+        };
         let calls = groups.iter().map(|group| {
             let mut conn = conn.clone();
-            let cmd = script::command(&self.prefix, group.iter().map(|&i| &counters[i]), &id);
+            let counters = group.iter().map(|&i| &counters[i]);
+            let cmd = script::command(&self.prefix, counters, &id, scope);
             async move { script::run(&mut conn, &cmd).await }
         });
         let answers = join_all(calls).await;
 
-        let mut results: Vec<Option<CounterResult>> = vec![None; counters.len()];
+        let mut results: Vec<Option<Reported>> = vec![None; counters.len()];
         let mut allowed = true;
         let mut failure = None;
         // Counters whose hits were recorded by an allowing group: what to take back on a deny.
@@ -395,7 +417,7 @@ impl RedisStore {
                         if reply.allowed && !r.result.over_limit && counters[i].hits > 0 {
                             recorded.push(i);
                         }
-                        results[i] = Some(r.result);
+                        results[i] = Some(r);
                     }
                 }
                 Err(e) => {
@@ -407,7 +429,7 @@ impl RedisStore {
         if !allowed && !recorded.is_empty() {
             self.take_back(conn, &keys, counters, &recorded, &id).await;
             for &i in &recorded {
-                if let Some(r) = results[i].as_mut() {
+                if let Some(Reported { result: r, .. }) = results[i].as_mut() {
                     r.count = r.count.saturating_sub(counters[i].hits);
                     r.remaining = counters[i].limit.saturating_sub(r.count);
                     if r.count == 0 {
@@ -423,7 +445,7 @@ impl RedisStore {
             .into_iter()
             .map(|r| r.ok_or_else(|| StoreError::Backend("missing counter result".into())))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Decision { allowed, counters })
+        Ok(Reply { allowed, counters })
     }
 
     /// The compensation of a denied cross-slot request: removes the members it recorded. Runs as
@@ -445,9 +467,14 @@ impl RedisStore {
                 None => per_key.push((keys[i].clone(), counters[i].hits)),
             }
         }
+        // From the counter and from its provisional log, where a cross-slot part's hits also go.
         let removals: Vec<(String, Vec<String>)> = per_key
             .into_iter()
-            .map(|(key, hits)| (key, script::members(id, hits)))
+            .flat_map(|(key, hits)| {
+                let members = script::members(id, hits);
+                let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
+                [(log, members.clone()), (key, members)]
+            })
             .collect();
         let conn = conn.clone();
         let redactor = self.redactor.clone();
@@ -491,14 +518,24 @@ impl RedisStore {
                 counters: Vec::new(),
             });
         }
-        match &self.conn {
-            Conn::Standalone(conn) => self.decide_standalone(conn.get(), counters).await,
+        let refreshes = match self.consult(counters).await {
+            ControlFlow::Break(local_deny) => return Ok(local_deny),
+            ControlFlow::Continue(refreshes) => refreshes,
+        };
+        let sent = Instant::now();
+        let reply = match &self.conn {
+            Conn::Standalone(conn) => self.ask_standalone(conn.get(), counters).await?,
             Conn::Cluster(cluster) => {
                 let Cluster { client, conn } = &**cluster;
                 let conn = self.cluster_conn(client, conn.get()).await?;
-                self.decide_cluster(conn, counters).await
+                self.ask_cluster(conn, counters).await?
             }
-        }
+        };
+        self.remember(counters, &reply, sent, refreshes);
+        Ok(Decision {
+            allowed: reply.allowed,
+            counters: reply.counters.into_iter().map(|r| r.result).collect(),
+        })
     }
 
     async fn ping_inner(&self) -> Result<(), StoreError> {
@@ -559,7 +596,10 @@ enum Consult {
 /// Denied: what Redis computed (nothing was recorded). Admitted and now full: one hit fits when
 /// the oldest hit leaves, which is the counter's `reset_after`. Either way the time was measured
 /// by Redis after the request was sent, so `sent + wait` is never later than the truth.
-fn full_for(reported: &script::Reported, allowed: bool) -> Option<Duration> {
+fn full_for(reported: &Reported, allowed: bool) -> Option<Duration> {
+    if reported.provisional {
+        return None;
+    }
     let r = &reported.result;
     if allowed && !r.over_limit {
         (r.remaining == 0 && !r.reset_after.is_zero()).then_some(r.reset_after)

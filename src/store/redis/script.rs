@@ -88,6 +88,23 @@ pub fn members(id: &str, hits: u64) -> Vec<String> {
         .collect()
 }
 
+/// What part of a request one script call decides (see `sliding_window.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Standalone Redis: the whole request, in one atomic step.
+    Standalone,
+    /// A cluster slot that holds all of the request's counters: as atomic as standalone, but the
+    /// call also looks at each counter's provisional log.
+    Slot,
+    /// One slot's part of a request whose counters span several slots: its hits are provisional
+    /// (taken back if another slot denies), so they also go to each counter's provisional log.
+    SlotPart,
+}
+
+/// Suffix of a counter's provisional log (see [`Scope::SlotPart`]). Counter keys end in the
+/// window's digits, so no counter key ends in it; the hash tag, and so the slot, is the counter's.
+pub const PROVISIONAL_SUFFIX: &str = "p";
+
 /// The `EVALSHA` call for some counters of one request (all of them on one slot in a cluster).
 ///
 /// Built straight into one [`::redis::Cmd`] buffer: each key is written as `prefix + key` without
@@ -97,14 +114,23 @@ pub fn command<'a>(
     prefix: &str,
     counters: impl ExactSizeIterator<Item = &'a Counter> + Clone,
     id: &str,
+    scope: Scope,
 ) -> ::redis::Cmd {
     let n = counters.len();
-    let mut cmd = ::redis::Cmd::with_capacity(4 + 5 * n, 64 + 64 * n);
-    cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(n);
+    let logs = scope != Scope::Standalone;
+    let keys = if logs { 2 * n } else { n };
+    let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 4 * n, 64 + 64 * keys);
+    cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
     for c in counters.clone() {
-        cmd.arg(PrefixedKey(prefix, c.key.as_str()));
+        cmd.arg(PrefixedKey(prefix, c.key.as_str(), ""));
     }
-    cmd.arg(id);
+    if logs {
+        for c in counters.clone() {
+            cmd.arg(PrefixedKey(prefix, c.key.as_str(), PROVISIONAL_SUFFIX));
+        }
+    }
+    cmd.arg(id)
+        .arg(if scope == Scope::SlotPart { "1" } else { "0" });
     for c in counters {
         cmd.arg(c.limit.min(LUA_MAX))
             .arg(window_micros(c.window))
@@ -129,8 +155,8 @@ pub async fn run<C: ::redis::aio::ConnectionLike>(
     }
 }
 
-/// A Redis key written as prefix and counter key into one argument.
-struct PrefixedKey<'a>(&'a str, &'a str);
+/// A Redis key written as prefix, counter key and suffix into one argument.
+struct PrefixedKey<'a>(&'a str, &'a str, &'a str);
 
 impl ::redis::ToRedisArgs for PrefixedKey<'_> {
     fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
@@ -139,6 +165,7 @@ impl ::redis::ToRedisArgs for PrefixedKey<'_> {
         // Writing to the command's in-memory buffer cannot fail.
         let _ = arg.write_all(self.0.as_bytes());
         let _ = arg.write_all(self.1.as_bytes());
+        let _ = arg.write_all(self.2.as_bytes());
     }
 }
 
@@ -152,8 +179,12 @@ pub fn window_micros(window: Duration) -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reported {
     pub result: CounterResult,
-    /// Time until one hit fits, `None` if one fits now (feeds the deny cache).
+    /// Time until one hit fits, `None` if one fits now or if that time is not certain (feeds the
+    /// deny cache).
     pub one_hit_fits_in: Option<Duration>,
+    /// The counter is full and some of its hits are provisional: another request's compensation
+    /// may take them back early, so its full state must not be cached.
+    pub provisional: bool,
 }
 
 /// The script's answer for the counters it was given.
@@ -192,6 +223,7 @@ where
                     reset_after: micros(r[2]),
                 },
                 one_hit_fits_in: (r[3] >= 0).then(|| micros(r[3])),
+                provisional: r[3] == -2,
             }
         })
         .collect();
@@ -253,6 +285,10 @@ mod tests {
             reply.counters[0].one_hit_fits_in,
             Some(Duration::from_micros(250))
         );
+        assert!(!reply.counters[0].provisional);
+        let reply = parse(&[0, 1, 5, 300, -2], [&c]).expect("parse");
+        assert!(reply.counters[0].provisional);
+        assert_eq!(reply.counters[0].one_hit_fits_in, None);
         assert!(parse(&[1], [&c]).is_err());
         assert!(parse(&[1, 0, 1, 0, -1, 0], [&c]).is_err());
     }
