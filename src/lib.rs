@@ -8,7 +8,7 @@
 //! - [`store`]: the sliding-window stores (embedded memory, Redis, Redis Cluster) behind one trait.
 //! - [`service`]: the transports (gRPC RLS, HTTP `/json`, `/check`, health, `/rlconfig`, `/metrics`).
 //! - [`metrics`]: the Prometheus registry.
-//! - [`bench`]: a gRPC load generator for any RateLimitService v3 server.
+//! - [`mod@bench`]: a gRPC load generator for any RateLimitService v3 server.
 
 pub mod bench;
 pub mod config;

@@ -142,7 +142,7 @@ impl DenyCache {
     }
 
     /// A refreshed counter turned out to have room for `remaining` more hits. If that is little
-    /// (less than the requests waiting, or at most [`HANDOVER_ROOM`]), letting everyone go to
+    /// (less than the requests waiting, or at most `HANDOVER_ROOM`), letting everyone go to
     /// Redis at once would mostly bring back denies: keep the slot, so that when `refresh` is
     /// dropped the next request leads the next refresh and the others wait again. With more
     /// room, forget the counter.

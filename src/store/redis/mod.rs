@@ -117,7 +117,7 @@ pub struct RedisOptions {
     /// Capacity of the exact local deny cache in counters; 0 turns it off. Standalone only, see
     /// [`DenyCache`].
     pub deny_cache: usize,
-    /// Connections to open (lazily): one per thread that serves calls, see [`per_thread`].
+    /// Connections to open (lazily): one per thread that serves calls, see the `per_thread` module.
     pub connections: usize,
 }
 
