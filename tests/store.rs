@@ -720,6 +720,53 @@ async fn two_redis_replicas_are_exact_under_concurrency() {
     assert_eq!(server.cli(&["ZCARD", &key]), "50");
 }
 
+/// Requests that one thread starts together share script calls (at most 16 requests each), and
+/// each stays all or nothing: 64 requests, each on a shared counter (limit 40) and a counter of
+/// its own, start at once on one thread.
+#[tokio::test(flavor = "current_thread")]
+async fn requests_started_together_share_a_script_call_and_stay_all_or_nothing() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = Arc::new(
+        RedisStore::connect(&redis_options(server.url()))
+            .await
+            .expect("connect"),
+    );
+    store.ping().await.expect("ping");
+    let w = Duration::from_secs(60);
+    let shared = counter("batch", "shared", 40, w, 1);
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let store = store.clone();
+            let counters = vec![
+                shared.clone(),
+                counter("batch", &format!("own{i}"), 1, w, 1),
+            ];
+            tokio::spawn(async move { (store.decide(&counters).await, counters) })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        let (decision, counters) = task.await.expect("task");
+        let decision = decision.expect("decide");
+        admitted += usize::from(decision.allowed);
+        let own = format!("{PREFIX}{}", counters[1].key.as_str());
+        let recorded = if decision.allowed { "1" } else { "0" };
+        assert_eq!(
+            server.cli(&["ZCARD", &own]),
+            recorded,
+            "{own}: all or nothing"
+        );
+    }
+    assert_eq!(admitted, 40);
+    let key = format!("{PREFIX}{}", shared.key.as_str());
+    assert_eq!(server.cli(&["ZCARD", &key]), "40");
+    // 64 requests in 4 calls of 16; a first call may meet NOSCRIPT and be sent again.
+    let calls = server.command_calls("evalsha");
+    assert!((4..=8).contains(&calls), "{calls} EVALSHA for 64 requests");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_cluster_replicas_are_exact_under_concurrency() {
     let Some(cluster) = RedisCluster::start() else {

@@ -82,7 +82,7 @@ pub struct Decision {
 }
 
 /// Why a store could not decide.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store call timed out after {0:?}")]
     Timeout(Duration),

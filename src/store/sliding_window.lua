@@ -1,18 +1,24 @@
--- slidegate sliding-window decision: all counters of one request, all or nothing.
+-- slidegate sliding-window decision: the requests of one call in order, each all or nothing.
 --
 -- Each counter is a sorted set: score = time of a hit in microseconds (Redis's own clock, so every
--- replica shares one timeline), member = a unique hit id. Pass one trims what left the window and
--- decides every counter; pass two records the hits only if no enforced counter is over its limit.
--- Redis runs a script atomically and (7.0) replicates its effects, so reading TIME is safe.
+-- replica shares one timeline), member = a unique hit id. For each request, pass one trims what
+-- left the window and decides every counter; pass two records the hits only if no enforced
+-- counter is over its limit. A later request of the call sees the hits of the earlier ones, as if
+-- they had come in separate calls. Redis runs a script atomically and (7.0) replicates its
+-- effects, so reading TIME is safe.
 --
--- KEYS[1..n]         the counter keys (one hash slot in a cluster)
--- KEYS[n+1..2n]      cluster only: each counter's provisional log, the hits of cross-slot requests,
---                    which the store takes back if another slot denies the request
--- ARGV[1]            the request id: member of its first hit on a key; hit n > 1 is ARGV[1] .. ':' .. n
--- ARGV[2]            '1' if this call is one slot's part of a cross-slot request, else '0'
--- ARGV[3 + 4(i-1)..] per counter: limit, window (us), hits, shadow ('1' or '0')
+-- ARGV[1]   the number of requests
+-- ARGV[2]   '1' if each counter's provisional log follows its request's keys (cluster), else '0'
+-- then per request:
+--   id      the request id: member of its first hit on a key; hit n > 1 is id .. ':' .. n
+--   part    '1' if this is one slot's part of a cross-slot request, else '0'
+--   n       its number of counters
+--   then per counter: limit, window (us), hits, shadow ('1' or '0')
+-- KEYS, per request: its n counter keys (one hash slot in a cluster), then, in a cluster, their n
+--   provisional logs: the hits of cross-slot requests, which the store takes back if another
+--   slot denies the request
 --
--- Returns { allowed, then per counter: over, count, reset_after_us, reset1_us }
+-- Returns, per request: allowed, then per counter: over, count, reset_after_us, reset1_us
 --   over            1 if this counter cannot take the request's hits
 --   count           hits in the window after the decision
 --   reset_after_us  over: until the request's hits fit (the window if they never can);
@@ -22,10 +28,8 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local rid = ARGV[1]
-local part = ARGV[2] == '1'
-local n = (#ARGV - 2) / 4
-local tracked = #KEYS == 2 * n
+local tracked = ARGV[2] == '1'
+local out = {}
 
 -- Time at which the k-th oldest hit of `key` leaves the window, or nil if it holds fewer.
 local function dropped_at(key, k, window)
@@ -36,12 +40,11 @@ local function dropped_at(key, k, window)
   return nil
 end
 
--- Whether counter i holds provisional hits in its window (only tracked in a cluster).
-local function has_provisional(i, window)
-  if not tracked then
+-- Whether the provisional log `log` holds hits in the window (only tracked in a cluster).
+local function has_provisional(log, window)
+  if not log then
     return false
   end
-  local log = KEYS[n + i]
   redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
   return redis.call('ZCARD', log) > 0
 end
@@ -54,98 +57,118 @@ local function until_fits(key, excess, window)
   return math.max(at - now, 0)
 end
 
-local limit, window, hits, shadow = {}, {}, {}, {}
-local over, count, reset, reset1 = {}, {}, {}, {}
-local pending = {}
-local allowed = 1
+-- Decides one request whose keys start at KEYS[k0] and counters at ARGV[a0]; appends its answer.
+local function decide(rid, part, n, k0, a0)
+  local key, log = {}, {}
+  local limit, window, hits, shadow = {}, {}, {}, {}
+  local over, count, reset, reset1 = {}, {}, {}, {}
+  local pending = {}
+  local allowed = 1
 
-for i = 1, n do
-  local key = KEYS[i]
-  local base = 3 + (i - 1) * 4
-  limit[i] = tonumber(ARGV[base])
-  window[i] = tonumber(ARGV[base + 1])
-  hits[i] = tonumber(ARGV[base + 2])
-  shadow[i] = ARGV[base + 3] == '1'
+  for i = 1, n do
+    key[i] = KEYS[k0 + i - 1]
+    if tracked then
+      log[i] = KEYS[k0 + n + i - 1]
+    end
+    local base = a0 + (i - 1) * 4
+    limit[i] = tonumber(ARGV[base])
+    window[i] = tonumber(ARGV[base + 1])
+    hits[i] = tonumber(ARGV[base + 2])
+    shadow[i] = ARGV[base + 3] == '1'
 
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window[i])
-  local c = redis.call('ZCARD', key) + (pending[key] or 0)
-  local ask = math.max(hits[i], 1)
-  count[i] = c
-  reset1[i] = -1
-  if c + 1 > limit[i] then
-    reset1[i] = until_fits(key, c + 1 - limit[i], window[i])
-    if has_provisional(i, window[i]) then
-      reset1[i] = -2
+    redis.call('ZREMRANGEBYSCORE', key[i], '-inf', now - window[i])
+    local c = redis.call('ZCARD', key[i]) + (pending[key[i]] or 0)
+    local ask = math.max(hits[i], 1)
+    count[i] = c
+    reset1[i] = -1
+    if c + 1 > limit[i] then
+      reset1[i] = until_fits(key[i], c + 1 - limit[i], window[i])
+      if has_provisional(log[i], window[i]) then
+        reset1[i] = -2
+      end
+    end
+    if hits[i] > limit[i] then
+      over[i] = true
+      reset[i] = window[i]
+    elseif c + ask > limit[i] then
+      over[i] = true
+      reset[i] = until_fits(key[i], c + ask - limit[i], window[i])
+    else
+      over[i] = false
+      pending[key[i]] = (pending[key[i]] or 0) + hits[i]
+    end
+    if over[i] and not shadow[i] then
+      allowed = 0
     end
   end
-  if hits[i] > limit[i] then
-    over[i] = true
-    reset[i] = window[i]
-  elseif c + ask > limit[i] then
-    over[i] = true
-    reset[i] = until_fits(key, c + ask - limit[i], window[i])
-  else
-    over[i] = false
-    pending[key] = (pending[key] or 0) + hits[i]
-  end
-  if over[i] and not shadow[i] then
-    allowed = 0
+
+  out[#out + 1] = allowed
+  local added = {}
+  for i = 1, n do
+    if allowed == 1 and not over[i] and hits[i] > 0 then
+      -- Hits are numbered per key across the request, so a counter named twice gets distinct
+      -- members.
+      local first = (added[key[i]] or 0) + 1
+      local final = first + hits[i] - 1
+      added[key[i]] = final
+      -- ZADD in chunks: Lua's unpack has a stack limit of a few thousand values.
+      local h = first
+      while h <= final do
+        local args = {}
+        local last = math.min(h + 255, final)
+        for j = h, last do
+          args[#args + 1] = now
+          if j == 1 then
+            args[#args + 1] = rid
+          else
+            args[#args + 1] = rid .. ':' .. j
+          end
+        end
+        redis.call('ZADD', key[i], unpack(args))
+        if part and log[i] then
+          redis.call('ZADD', log[i], unpack(args))
+        end
+        h = last + 1
+      end
+      redis.call('PEXPIRE', key[i], math.ceil(window[i] / 1000))
+      if part and log[i] then
+        redis.call('PEXPIRE', log[i], math.ceil(window[i] / 1000))
+      end
+      count[i] = count[i] + hits[i]
+    end
+    -- Full after this request (the deny cache may remember it): unless provisional hits fill it.
+    if not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i]) then
+      reset1[i] = -2
+    end
+    if not over[i] then
+      local oldest = redis.call('ZRANGE', key[i], 0, 0, 'WITHSCORES')
+      if oldest[2] then
+        reset[i] = math.max(tonumber(oldest[2]) + window[i] - now, 0)
+      else
+        reset[i] = 0
+      end
+    end
+    local o = 0
+    if over[i] then
+      o = 1
+    end
+    out[#out + 1] = o
+    out[#out + 1] = count[i]
+    out[#out + 1] = reset[i]
+    out[#out + 1] = reset1[i]
   end
 end
 
-local out = { allowed }
-local added = {}
-for i = 1, n do
-  local key = KEYS[i]
-  if allowed == 1 and not over[i] and hits[i] > 0 then
-    -- Hits are numbered per key across the request, so a counter named twice gets distinct members.
-    local first = (added[key] or 0) + 1
-    local final = first + hits[i] - 1
-    added[key] = final
-    -- ZADD in chunks: Lua's unpack has a stack limit of a few thousand values.
-    local h = first
-    while h <= final do
-      local args = {}
-      local last = math.min(h + 255, final)
-      for j = h, last do
-        args[#args + 1] = now
-        if j == 1 then
-          args[#args + 1] = rid
-        else
-          args[#args + 1] = rid .. ':' .. j
-        end
-      end
-      redis.call('ZADD', key, unpack(args))
-      if part and tracked then
-        redis.call('ZADD', KEYS[n + i], unpack(args))
-      end
-      h = last + 1
-    end
-    redis.call('PEXPIRE', key, math.ceil(window[i] / 1000))
-    if part and tracked then
-      redis.call('PEXPIRE', KEYS[n + i], math.ceil(window[i] / 1000))
-    end
-    count[i] = count[i] + hits[i]
+local a = 3
+local k = 1
+for _ = 1, tonumber(ARGV[1]) do
+  local n = tonumber(ARGV[a + 2])
+  decide(ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
+  a = a + 3 + 4 * n
+  if tracked then
+    k = k + 2 * n
+  else
+    k = k + n
   end
-  -- Full after this request (the deny cache may remember it): unless provisional hits fill it.
-  if not over[i] and count[i] >= limit[i] and has_provisional(i, window[i]) then
-    reset1[i] = -2
-  end
-  if not over[i] then
-    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if oldest[2] then
-      reset[i] = math.max(tonumber(oldest[2]) + window[i] - now, 0)
-    else
-      reset[i] = 0
-    end
-  end
-  local o = 0
-  if over[i] then
-    o = 1
-  end
-  out[#out + 1] = o
-  out[#out + 1] = count[i]
-  out[#out + 1] = reset[i]
-  out[#out + 1] = reset1[i]
 end
 return out

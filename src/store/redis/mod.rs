@@ -76,12 +76,12 @@ use ::redis::io::tcp::TcpSettings;
 use ::redis::{ConnectionInfo, IntoConnectionInfo, RedisError, TlsCertificates};
 use async_trait::async_trait;
 use futures::future::join_all;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, oneshot};
 
 pub use deny_cache::{DenyCache, Lookup, Refresh};
 use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
-use script::{Reply, Reported, RequestIds, Scope};
+use script::{CallPart, Reply, Reported, RequestIds};
 
 use super::{Counter, CounterKey, CounterResult, Decision, Store, StoreError};
 
@@ -160,17 +160,45 @@ pub async fn connect(opts: &RedisOptions) -> Result<Arc<dyn Store>, StoreError> 
 /// The Redis store, standalone or cluster. See the module docs.
 pub struct RedisStore {
     conn: Conn,
+    ids: RequestIds,
+    deny_cache: Option<DenyCache>,
+    shared: Arc<Shared>,
+}
+
+/// What the store and its batch calls (tasks of their own) both need.
+struct Shared {
     prefix: String,
     timeout: Duration,
-    ids: RequestIds,
     redactor: Redactor,
-    deny_cache: Option<DenyCache>,
     /// Redacted endpoint(s), for Debug and messages.
     endpoint: String,
 }
 
+/// A standalone connection and the requests waiting for its next script call.
+///
+/// Requests that a worker starts in one go (the calls that one read of a connection brought, or
+/// of several) are decided in one script call: about half of what Redis spends on a one-counter
+/// request is the call itself (BENCHMARKS.md), and the call is shared. The first request into an
+/// empty queue spawns the task that sends it; that task runs once the worker has started every
+/// call at hand, so it takes them all, and no request ever waits for a timer.
+struct Lane {
+    conn: ConnectionManager,
+    queue: parking_lot::Mutex<Vec<Queued>>,
+}
+
+/// A request in a [`Lane`]'s queue.
+struct Queued {
+    id: String,
+    counters: Vec<Counter>,
+    answer: oneshot::Sender<Result<Reply, StoreError>>,
+}
+
+/// Most requests decided in one script call: Redis runs nothing else while a script runs, so a
+/// call is kept to a few hundred microseconds.
+const MAX_BATCH: usize = 16;
+
 enum Conn {
-    Standalone(PerThread<ConnectionManager>),
+    Standalone(PerThread<Arc<Lane>>),
     /// Connected on first use (and again after a failed first attempt), because redis-rs needs a
     /// reachable seed to build a cluster connection; it handles reconnects and slot moves after.
     Cluster(Box<Cluster>),
@@ -242,7 +270,11 @@ impl RedisStore {
                 .set_response_timeout(None)
                 .set_number_of_retries(2);
             let managers = PerThread::new(opts.connections, || {
-                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
+                Ok(Arc::new(Lane {
+                    conn,
+                    queue: parking_lot::Mutex::new(Vec::new()),
+                }))
             });
             Conn::Standalone(managers.map_err(clean)?)
         } else {
@@ -262,12 +294,14 @@ impl RedisStore {
         let deny_cache = (opts.deny_cache > 0).then(|| DenyCache::new(opts.deny_cache));
         Ok(RedisStore {
             conn,
-            prefix: opts.prefix.clone(),
-            timeout: opts.timeout,
             ids: RequestIds::new(),
-            redactor,
             deny_cache,
-            endpoint,
+            shared: Arc::new(Shared {
+                prefix: opts.prefix.clone(),
+                timeout: opts.timeout,
+                redactor,
+                endpoint,
+            }),
         })
     }
 
@@ -278,21 +312,32 @@ impl RedisStore {
 
     /// The Redis key of a counter.
     pub fn redis_key(&self, key: &CounterKey) -> String {
-        format!("{}{}", self.prefix, key.as_str())
+        format!("{}{}", self.shared.prefix, key.as_str())
     }
 
-    /// Asks Redis for the decision on `counters` in one script call.
+    /// Asks Redis for the decision on `counters`, in the next script call of this worker's
+    /// [`Lane`].
     async fn ask_standalone(
         &self,
-        conn: &ConnectionManager,
+        lane: &Arc<Lane>,
         counters: &[Counter],
     ) -> Result<Reply, StoreError> {
-        let id = self.ids.next();
-        let cmd = script::command(&self.prefix, counters.iter(), &id, Scope::Standalone);
-        let reply = script::run(&mut conn.clone(), &cmd)
+        let (answer, reply) = oneshot::channel();
+        let first = {
+            let mut queue = lane.queue.lock();
+            queue.push(Queued {
+                id: self.ids.next(),
+                counters: counters.to_vec(),
+                answer,
+            });
+            queue.len() == 1
+        };
+        if first {
+            tokio::spawn(send_queued(lane.clone(), self.shared.clone()));
+        }
+        reply
             .await
-            .map_err(|e| self.error(e))?;
-        script::parse(&reply, counters)
+            .unwrap_or_else(|_| Err(StoreError::Backend("the script call was dropped".into())))
     }
 
     /// Consults the deny cache until it denies the request or lets it ask Redis, waiting while
@@ -300,7 +345,7 @@ impl RedisStore {
     /// deadline; past a quarter of ours, stop waiting for other requests' answers and ask Redis, so
     /// that waiting never turns a request into a timeout.
     async fn consult(&self, counters: &[Counter]) -> ControlFlow<Decision, Vec<(usize, Refresh)>> {
-        let stop_waiting = Instant::now() + self.timeout / 4;
+        let stop_waiting = Instant::now() + self.shared.timeout / 4;
         while Instant::now() < stop_waiting {
             match self.consult_cache(counters, Instant::now()) {
                 Consult::Deny(decision) => return ControlFlow::Break(decision),
@@ -388,15 +433,17 @@ impl RedisStore {
         let keys: Vec<String> = counters.iter().map(|c| self.redis_key(&c.key)).collect();
         let id = self.ids.next();
         let groups = group_by_slot(&keys);
-        let scope = if groups.len() == 1 {
-            Scope::Slot
-        } else {
-            Scope::SlotPart
-        };
-        let calls = groups.iter().map(|group| {
+        let parts: Vec<CallPart<'_>> = groups
+            .iter()
+            .map(|group| CallPart {
+                id: &id,
+                provisional: groups.len() > 1,
+                counters: group.iter().map(|&i| &counters[i]).collect(),
+            })
+            .collect();
+        let calls = parts.iter().map(|part| {
             let mut conn = conn.clone();
-            let counters = group.iter().map(|&i| &counters[i]);
-            let cmd = script::command(&self.prefix, counters, &id, scope);
+            let cmd = script::command(&self.shared.prefix, true, std::slice::from_ref(part));
             async move { script::run(&mut conn, &cmd).await }
         });
         let answers = join_all(calls).await;
@@ -406,10 +453,15 @@ impl RedisStore {
         let mut failure = None;
         // Counters whose hits were recorded by an allowing group: what to take back on a deny.
         let mut recorded: Vec<usize> = Vec::new();
-        for (group, answer) in groups.iter().zip(answers) {
+        for ((group, part), answer) in groups.iter().zip(&parts).zip(answers) {
             let reply: Result<Reply, StoreError> = answer
                 .map_err(|e| self.error(e))
-                .and_then(|r| script::parse(&r, group.iter().map(|&i| &counters[i])));
+                .and_then(|r| script::parse(&r, std::slice::from_ref(part)))
+                .and_then(|mut replies| {
+                    replies
+                        .pop()
+                        .ok_or_else(|| StoreError::Backend("missing script answer".into()))
+                });
             match reply {
                 Ok(reply) => {
                     allowed &= reply.allowed;
@@ -477,7 +529,7 @@ impl RedisStore {
             })
             .collect();
         let conn = conn.clone();
-        let redactor = self.redactor.clone();
+        let redactor = self.shared.redactor.clone();
         let task = tokio::spawn(async move {
             let calls = removals.into_iter().map(|(key, members)| {
                 let mut conn = conn.clone();
@@ -524,7 +576,7 @@ impl RedisStore {
         };
         let sent = Instant::now();
         let reply = match &self.conn {
-            Conn::Standalone(conn) => self.ask_standalone(conn.get(), counters).await?,
+            Conn::Standalone(lanes) => self.ask_standalone(lanes.get(), counters).await?,
             Conn::Cluster(cluster) => {
                 let Cluster { client, conn } = &**cluster;
                 let conn = self.cluster_conn(client, conn.get()).await?;
@@ -541,8 +593,8 @@ impl RedisStore {
     async fn ping_inner(&self) -> Result<(), StoreError> {
         let ping = ::redis::cmd("PING");
         match &self.conn {
-            Conn::Standalone(conn) => {
-                ping.query_async::<::redis::Value>(&mut conn.get().clone())
+            Conn::Standalone(lanes) => {
+                ping.query_async::<::redis::Value>(&mut lanes.get().conn.clone())
                     .await
             }
             Conn::Cluster(cluster) => {
@@ -555,6 +607,22 @@ impl RedisStore {
         .map_err(|e| self.error(e))
     }
 
+    fn error(&self, e: RedisError) -> StoreError {
+        self.shared.error(e)
+    }
+
+    async fn with_timeout<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let timeout = self.shared.timeout;
+        tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(timeout)))
+    }
+}
+
+impl Shared {
     /// Maps a client error to a [`StoreError`] whose text holds no password.
     fn error(&self, e: RedisError) -> StoreError {
         let text = self.redactor.clean(&e.to_string());
@@ -570,14 +638,52 @@ impl RedisStore {
             StoreError::Backend(format!("{}: {text}", self.endpoint))
         }
     }
+}
 
-    async fn with_timeout<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+/// Sends what a [`Lane`] has queued, [`MAX_BATCH`] requests per script call (the calls go out
+/// together on the lane's pipelined connection), and hands each request its answer. A request
+/// whose caller has gone (timed out, cancelled) before the call is built is left out.
+async fn send_queued(lane: Arc<Lane>, shared: Arc<Shared>) {
+    let mut queued = std::mem::take(&mut *lane.queue.lock());
+    queued.retain(|q| !q.answer.is_closed());
+    let mut batches = Vec::new();
+    while !queued.is_empty() {
+        let rest = queued.split_off(queued.len().min(MAX_BATCH));
+        batches.push(std::mem::replace(&mut queued, rest));
+    }
+    let calls = batches
+        .into_iter()
+        .map(|batch| send_batch(&lane.conn, &shared, batch));
+    join_all(calls).await;
+}
+
+/// One script call for `batch`, each request answered with its part of the reply (or the error).
+async fn send_batch(conn: &ConnectionManager, shared: &Shared, batch: Vec<Queued>) {
+    let parts: Vec<CallPart<'_>> = batch
+        .iter()
+        .map(|q| CallPart {
+            id: &q.id,
+            provisional: false,
+            counters: q.counters.iter().collect(),
+        })
+        .collect();
+    let cmd = script::command(&shared.prefix, false, &parts);
+    let replies = script::run(&mut conn.clone(), &cmd)
+        .await
+        .map_err(|e| shared.error(e))
+        .and_then(|reply| script::parse(&reply, &parts));
+    drop(parts);
+    match replies {
+        Ok(replies) => {
+            for (q, reply) in batch.into_iter().zip(replies) {
+                let _ = q.answer.send(Ok(reply));
+            }
+        }
+        Err(e) => {
+            for q in batch {
+                let _ = q.answer.send(Err(e.clone()));
+            }
+        }
     }
 }
 
@@ -656,9 +762,9 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("kind", &self.kind())
-            .field("endpoint", &self.endpoint)
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
+            .field("endpoint", &self.shared.endpoint)
+            .field("prefix", &self.shared.prefix)
+            .field("timeout", &self.shared.timeout)
             .field("deny_cache", &self.deny_cache.is_some())
             .finish()
     }

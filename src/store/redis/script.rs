@@ -88,54 +88,52 @@ pub fn members(id: &str, hits: u64) -> Vec<String> {
         .collect()
 }
 
-/// What part of a request one script call decides (see `sliding_window.lua`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
-    /// Standalone Redis: the whole request, in one atomic step.
-    Standalone,
-    /// A cluster slot that holds all of the request's counters: as atomic as standalone, but the
-    /// call also looks at each counter's provisional log.
-    Slot,
-    /// One slot's part of a request whose counters span several slots: its hits are provisional
-    /// (taken back if another slot denies), so they also go to each counter's provisional log.
-    SlotPart,
+/// One request's part of a script call: its id and the counters the call decides for it.
+pub struct CallPart<'a> {
+    pub id: &'a str,
+    /// One slot's part of a request whose counters span several slots (cluster): its hits are
+    /// provisional (taken back if another slot denies), so they also go to each counter's
+    /// provisional log.
+    pub provisional: bool,
+    pub counters: Vec<&'a Counter>,
 }
 
-/// Suffix of a counter's provisional log (see [`Scope::SlotPart`]). Counter keys end in the
+/// Suffix of a counter's provisional log (see [`CallPart::provisional`]). Counter keys end in the
 /// window's digits, so no counter key ends in it; the hash tag, and so the slot, is the counter's.
 pub const PROVISIONAL_SUFFIX: &str = "p";
 
-/// The `EVALSHA` call for some counters of one request (all of them on one slot in a cluster).
+/// The `EVALSHA` call deciding `parts` in order (in a cluster, all on one slot, and `logs` set:
+/// each counter's provisional log is passed after its part's keys).
 ///
 /// Built straight into one [`::redis::Cmd`] buffer: each key is written as `prefix + key` without
 /// an intermediate `String`, and the script text is never part of a request (only its SHA; see
 /// [`run`] for the `NOSCRIPT` case).
-pub fn command<'a>(
-    prefix: &str,
-    counters: impl ExactSizeIterator<Item = &'a Counter> + Clone,
-    id: &str,
-    scope: Scope,
-) -> ::redis::Cmd {
-    let n = counters.len();
-    let logs = scope != Scope::Standalone;
-    let keys = if logs { 2 * n } else { n };
-    let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 4 * n, 64 + 64 * keys);
+pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd {
+    let counters: usize = parts.iter().map(|p| p.counters.len()).sum();
+    let keys = if logs { 2 * counters } else { counters };
+    let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 3 * parts.len() + 4 * counters, 64 * keys);
     cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
-    for c in counters.clone() {
-        cmd.arg(PrefixedKey(prefix, c.key.as_str(), ""));
-    }
-    if logs {
-        for c in counters.clone() {
-            cmd.arg(PrefixedKey(prefix, c.key.as_str(), PROVISIONAL_SUFFIX));
+    for part in parts {
+        for c in &part.counters {
+            cmd.arg(PrefixedKey(prefix, c.key.as_str(), ""));
+        }
+        if logs {
+            for c in &part.counters {
+                cmd.arg(PrefixedKey(prefix, c.key.as_str(), PROVISIONAL_SUFFIX));
+            }
         }
     }
-    cmd.arg(id)
-        .arg(if scope == Scope::SlotPart { "1" } else { "0" });
-    for c in counters {
-        cmd.arg(c.limit.min(LUA_MAX))
-            .arg(window_micros(c.window))
-            .arg(c.hits.min(LUA_MAX))
-            .arg(if c.shadow { "1" } else { "0" });
+    cmd.arg(parts.len()).arg(if logs { "1" } else { "0" });
+    for part in parts {
+        cmd.arg(part.id)
+            .arg(if part.provisional { "1" } else { "0" })
+            .arg(part.counters.len());
+        for c in &part.counters {
+            cmd.arg(c.limit.min(LUA_MAX))
+                .arg(window_micros(c.window))
+                .arg(c.hits.min(LUA_MAX))
+                .arg(if c.shadow { "1" } else { "0" });
+        }
     }
     cmd
 }
@@ -195,22 +193,32 @@ pub struct Reply {
     pub counters: Vec<Reported>,
 }
 
-/// Reads `{allowed, (over, count, reset_after_us, reset1_us)*}` for `counters`, in order.
-pub fn parse<'c, I>(reply: &[i64], counters: I) -> Result<Reply, StoreError>
-where
-    I: IntoIterator<Item = &'c Counter>,
-    I::IntoIter: ExactSizeIterator,
-{
-    let counters = counters.into_iter();
-    let expected = 1 + 4 * counters.len();
+/// Reads the script's answer to a [`command`]: per part, `{allowed, (over, count,
+/// reset_after_us, reset1_us)*}`.
+pub fn parse(reply: &[i64], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreError> {
+    let expected: usize = parts.iter().map(|p| 1 + 4 * p.counters.len()).sum();
     if reply.len() != expected {
         return Err(StoreError::Backend(format!(
             "sliding-window script returned {} values, expected {expected}",
             reply.len()
         )));
     }
+    let mut rest = reply;
+    let replies = parts
+        .iter()
+        .map(|part| {
+            let (answer, tail) = rest.split_at(1 + 4 * part.counters.len());
+            rest = tail;
+            parse_one(answer, &part.counters)
+        })
+        .collect();
+    Ok(replies)
+}
+
+/// One part's `{allowed, (over, count, reset_after_us, reset1_us)*}`, its length already checked.
+fn parse_one(answer: &[i64], counters: &[&Counter]) -> Reply {
     let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
-    let counters = reply[1..]
+    let counters = answer[1..]
         .chunks_exact(4)
         .zip(counters)
         .map(|(r, c)| {
@@ -227,10 +235,10 @@ where
             }
         })
         .collect();
-    Ok(Reply {
-        allowed: reply[0] == 1,
+    Reply {
+        allowed: answer[0] == 1,
         counters,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -278,18 +286,25 @@ mod tests {
             hits: 1,
             shadow: false,
         };
-        let reply = parse(&[0, 1, 5, 300, 250], [&c]).expect("parse");
-        assert!(!reply.allowed);
-        assert_eq!(reply.counters[0].result.remaining, 0);
+        let part = |id| CallPart {
+            id,
+            provisional: false,
+            counters: vec![&c],
+        };
+        let replies = parse(&[0, 1, 5, 300, 250], &[part("a")]).expect("parse");
+        assert!(!replies[0].allowed);
+        assert_eq!(replies[0].counters[0].result.remaining, 0);
         assert_eq!(
-            reply.counters[0].one_hit_fits_in,
+            replies[0].counters[0].one_hit_fits_in,
             Some(Duration::from_micros(250))
         );
-        assert!(!reply.counters[0].provisional);
-        let reply = parse(&[0, 1, 5, 300, -2], [&c]).expect("parse");
-        assert!(reply.counters[0].provisional);
-        assert_eq!(reply.counters[0].one_hit_fits_in, None);
-        assert!(parse(&[1], [&c]).is_err());
-        assert!(parse(&[1, 0, 1, 0, -1, 0], [&c]).is_err());
+        assert!(!replies[0].counters[0].provisional);
+        let replies =
+            parse(&[0, 1, 5, 300, -2, 1, 0, 2, 0, -1], &[part("a"), part("b")]).expect("parse");
+        assert!(replies[0].counters[0].provisional);
+        assert_eq!(replies[0].counters[0].one_hit_fits_in, None);
+        assert!(replies[1].allowed && replies[1].counters[0].result.remaining == 3);
+        assert!(parse(&[1], &[part("a")]).is_err());
+        assert!(parse(&[1, 0, 1, 0, -1], &[part("a"), part("b")]).is_err());
     }
 }
