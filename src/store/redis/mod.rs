@@ -1,14 +1,15 @@
-//! The Redis store: one sorted set per counter, one Lua script call per request.
+//! The Redis store: one sorted set per counter, at most one Lua script call per request.
 //!
 //! # Algorithm
 //! A counter is a sorted set under `prefix + CounterKey` (`slidegate:{api:user=alice}60000`):
 //! score = time of a hit in microseconds, member = a unique hit id (see [`script::RequestIds`]:
 //! a random per-store instance id plus a sequence number, base 62, about 12 bytes; hit `n > 1` of
-//! a request appends `:n`). One `EVALSHA` of `sliding_window.lua` per request does, for all its
-//! counters: `ZREMRANGEBYSCORE` what left the window, `ZCARD`, decide; then, only if no enforced
+//! a request appends `:n`). One `EVALSHA` of `sliding_window.lua` does, for all counters of a
+//! request: `ZREMRANGEBYSCORE` what left the window, `ZCARD`, decide; then, only if no enforced
 //! counter is over, `ZADD` the hits and `PEXPIRE` each key to its window, so an idle key disappears
 //! exactly when its last hit leaves the window. The time is Redis's own `TIME`, read inside the
-//! script: replicas whose clocks disagree still share one timeline.
+//! script: replicas whose clocks disagree still share one timeline. On standalone Redis one call
+//! decides, in order, the requests a worker has started together (up to 16; see `Lane`).
 //!
 //! Memory on Redis 7.0, measured by the `redis_bytes_per_tracked_hit` test: about 32 bytes per
 //! tracked hit (`used_memory`; `MEMORY USAGE` says 26) while a key holds at most 128 hits (Redis
