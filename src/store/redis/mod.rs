@@ -669,10 +669,17 @@ async fn send_batch(conn: &ConnectionManager, shared: &Shared, batch: Vec<Queued
         })
         .collect();
     let cmd = script::command(&shared.prefix, false, &parts);
-    let replies = script::run(&mut conn.clone(), &cmd)
-        .await
-        .map_err(|e| shared.error(e))
-        .and_then(|reply| script::parse(&reply, &parts));
+    // By the timeout every caller of the batch has given up (each one's own timeout started
+    // before the call was sent): stop holding the batch, or a frozen Redis would hold every
+    // request it was sent.
+    let mut conn = conn.clone();
+    let call = script::run(&mut conn, &cmd);
+    let replies = match tokio::time::timeout(shared.timeout, call).await {
+        Ok(reply) => reply
+            .map_err(|e| shared.error(e))
+            .and_then(|reply| script::parse(&reply, &parts)),
+        Err(_) => Err(StoreError::Timeout(shared.timeout)),
+    };
     drop(parts);
     match replies {
         Ok(replies) => {
