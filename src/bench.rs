@@ -38,8 +38,9 @@
 //!
 //! With a `redis://` target there is no server in between: every call is a decision of
 //! slidegate's own Redis store, run in the generator (one connection per `--connections`, the
-//! deny cache off), with every descriptor one counter of [`DIRECT_LIMIT`] hits per
-//! [`DIRECT_WINDOW`], the rule `scripts/bench` gives the gRPC runs. The same workers, pacing and
+//! deny cache off; the calls a thread has in flight share script calls, as in a server), with
+//! every descriptor one counter of [`DIRECT_LIMIT`] hits per [`DIRECT_WINDOW`], the rule
+//! `scripts/bench` gives the gRPC runs. The same workers, pacing and
 //! key space then measure the raw round trip of the script at a given load: the baseline that
 //! a gRPC run against slidegate's Redis store is compared with.
 

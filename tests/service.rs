@@ -1277,8 +1277,8 @@ async fn bench_prefill_dials_again_after_the_server_restarts() {
 
 /// `slidegate bench --target redis://` is the baseline of a Redis-store run: slidegate's own store
 /// called from the generator, no server in between. It must write the very counters a server with
-/// `scripts/bench`'s rule (100 per second) writes for the same requests, make one script call per
-/// request, and count allowed and denied calls from the store's decisions.
+/// `scripts/bench`'s rule (100 per second) writes for the same requests, make at most one script
+/// call per request, and count allowed and denied calls from the store's decisions.
 #[test]
 fn bench_calls_redis_directly_with_the_servers_counters() {
     let Some(redis) = RedisServer::start() else {

@@ -434,12 +434,17 @@ impl RedisStore {
         let keys: Vec<String> = counters.iter().map(|c| self.redis_key(&c.key)).collect();
         let id = self.ids.next();
         let groups = group_by_slot(&keys);
-        let parts: Vec<CallPart<'_>> = groups
+        // Each slot's counters, in the order the script answers for them.
+        let slot_counters: Vec<Vec<Counter>> = groups
             .iter()
-            .map(|group| CallPart {
+            .map(|group| group.iter().map(|&i| counters[i].clone()).collect())
+            .collect();
+        let parts: Vec<CallPart<'_>> = slot_counters
+            .iter()
+            .map(|counters| CallPart {
                 id: &id,
                 provisional: groups.len() > 1,
-                counters: group.iter().map(|&i| &counters[i]).collect(),
+                counters,
             })
             .collect();
         let calls = parts.iter().map(|part| {
@@ -665,7 +670,7 @@ async fn send_batch(conn: &ConnectionManager, shared: &Shared, batch: Vec<Queued
         .map(|q| CallPart {
             id: &q.id,
             provisional: false,
-            counters: q.counters.iter().collect(),
+            counters: &q.counters,
         })
         .collect();
     let cmd = script::command(&shared.prefix, false, &parts);
@@ -680,7 +685,6 @@ async fn send_batch(conn: &ConnectionManager, shared: &Shared, batch: Vec<Queued
             .and_then(|reply| script::parse(&reply, &parts)),
         Err(_) => Err(StoreError::Timeout(shared.timeout)),
     };
-    drop(parts);
     match replies {
         Ok(replies) => {
             for (q, reply) in batch.into_iter().zip(replies) {

@@ -95,7 +95,7 @@ pub struct CallPart<'a> {
     /// provisional (taken back if another slot denies), so they also go to each counter's
     /// provisional log.
     pub provisional: bool,
-    pub counters: Vec<&'a Counter>,
+    pub counters: &'a [Counter],
 }
 
 /// Suffix of a counter's provisional log (see [`CallPart::provisional`]). Counter keys end in the
@@ -114,11 +114,11 @@ pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd
     let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 3 * parts.len() + 4 * counters, 64 * keys);
     cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
     for part in parts {
-        for c in &part.counters {
+        for c in part.counters {
             cmd.arg(PrefixedKey(prefix, c.key.as_str(), ""));
         }
         if logs {
-            for c in &part.counters {
+            for c in part.counters {
                 cmd.arg(PrefixedKey(prefix, c.key.as_str(), PROVISIONAL_SUFFIX));
             }
         }
@@ -128,7 +128,7 @@ pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd
         cmd.arg(part.id)
             .arg(if part.provisional { "1" } else { "0" })
             .arg(part.counters.len());
-        for c in &part.counters {
+        for c in part.counters {
             cmd.arg(c.limit.min(LUA_MAX))
                 .arg(window_micros(c.window))
                 .arg(c.hits.min(LUA_MAX))
@@ -209,14 +209,14 @@ pub fn parse(reply: &[i64], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreE
         .map(|part| {
             let (answer, tail) = rest.split_at(1 + 4 * part.counters.len());
             rest = tail;
-            parse_one(answer, &part.counters)
+            parse_one(answer, part.counters)
         })
         .collect();
     Ok(replies)
 }
 
 /// One part's `{allowed, (over, count, reset_after_us, reset1_us)*}`, its length already checked.
-fn parse_one(answer: &[i64], counters: &[&Counter]) -> Reply {
+fn parse_one(answer: &[i64], counters: &[Counter]) -> Reply {
     let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
     let counters = answer[1..]
         .chunks_exact(4)
@@ -289,7 +289,7 @@ mod tests {
         let part = |id| CallPart {
             id,
             provisional: false,
-            counters: vec![&c],
+            counters: std::slice::from_ref(&c),
         };
         let replies = parse(&[0, 1, 5, 300, 250], &[part("a")]).expect("parse");
         assert!(!replies[0].allowed);
