@@ -143,7 +143,7 @@ pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd
 pub async fn run<C: ::redis::aio::ConnectionLike>(
     conn: &mut C,
     cmd: &::redis::Cmd,
-) -> ::redis::RedisResult<Vec<i64>> {
+) -> ::redis::RedisResult<Vec<u8>> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
             SCRIPT.prepare_invoke().load_async(conn).await?;
@@ -193,17 +193,22 @@ pub struct Reply {
     pub counters: Vec<Reported>,
 }
 
-/// Reads the script's answer to a [`command`]: per part, `{allowed, (over, count,
-/// reset_after_us, reset1_us)*}`.
-pub fn parse(reply: &[i64], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreError> {
+/// Reads the script's answer to a [`command`]: 64-bit little-endian integers, per part
+/// `allowed, (over, count, reset_after_us, reset1_us)*`.
+pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreError> {
     let expected: usize = parts.iter().map(|p| 1 + 4 * p.counters.len()).sum();
-    if reply.len() != expected {
+    if reply.len() != 8 * expected {
         return Err(StoreError::Backend(format!(
-            "sliding-window script returned {} values, expected {expected}",
-            reply.len()
+            "sliding-window script returned {} bytes, expected {} integers",
+            reply.len(),
+            expected
         )));
     }
-    let mut rest = reply;
+    let values: Vec<i64> = reply
+        .chunks_exact(8)
+        .map(|v| i64::from_le_bytes(v.try_into().unwrap_or_default()))
+        .collect();
+    let mut rest = values.as_slice();
     let replies = parts
         .iter()
         .map(|part| {
@@ -291,7 +296,9 @@ mod tests {
             provisional: false,
             counters: std::slice::from_ref(&c),
         };
-        let replies = parse(&[0, 1, 5, 300, 250], &[part("a")]).expect("parse");
+        let packed =
+            |values: &[i64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+        let replies = parse(&packed(&[0, 1, 5, 300, 250]), &[part("a")]).expect("parse");
         assert!(!replies[0].allowed);
         assert_eq!(replies[0].counters[0].result.remaining, 0);
         assert_eq!(
@@ -299,12 +306,13 @@ mod tests {
             Some(Duration::from_micros(250))
         );
         assert!(!replies[0].counters[0].provisional);
-        let replies =
-            parse(&[0, 1, 5, 300, -2, 1, 0, 2, 0, -1], &[part("a"), part("b")]).expect("parse");
+        let two = packed(&[0, 1, 5, 300, -2, 1, 0, 2, 0, -1]);
+        let replies = parse(&two, &[part("a"), part("b")]).expect("parse");
         assert!(replies[0].counters[0].provisional);
         assert_eq!(replies[0].counters[0].one_hit_fits_in, None);
         assert!(replies[1].allowed && replies[1].counters[0].result.remaining == 3);
-        assert!(parse(&[1], &[part("a")]).is_err());
-        assert!(parse(&[1, 0, 1, 0, -1], &[part("a"), part("b")]).is_err());
+        assert!(parse(&packed(&[1]), &[part("a")]).is_err());
+        assert!(parse(&packed(&[1, 0, 1, 0, -1]), &[part("a"), part("b")]).is_err());
+        assert!(parse(&two[..two.len() - 1], &[part("a"), part("b")]).is_err());
     }
 }
