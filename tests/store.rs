@@ -207,6 +207,8 @@ async fn run_suite(f: &Fixture) {
     hits_zero_and_many(f).await;
     eprintln!("[{}] all_or_nothing", f.name);
     all_or_nothing(f).await;
+    eprintln!("[{}] many_counters", f.name);
+    many_counters(f).await;
     eprintln!("[{}] shadow_counters", f.name);
     shadow_counters(f).await;
     eprintln!("[{}] same_counter_twice", f.name);
@@ -310,6 +312,34 @@ async fn all_or_nothing(f: &Fixture) {
     let d = f.decide(&[b.clone(), c.clone()]).await;
     assert!(d.allowed);
     assert_eq!((d.counters[0].count, d.counters[1].count), (2, 2));
+}
+
+/// A request with more counters than one slice of the script's packed answer holds (1000
+/// integers, 4 per counter): every counter is answered, in order.
+async fn many_counters(f: &Fixture) {
+    let w = Duration::from_secs(60);
+    let counters: Vec<Counter> = (0..300)
+        .map(|i| counter("many", &format!("c{i}"), 2 + i % 3, w, 1))
+        .collect();
+    for n in 1..=2 {
+        let d = f.decide(&counters).await;
+        assert!(d.allowed, "[{}] request {n}", f.name);
+        assert_eq!(d.counters.len(), counters.len());
+        for (c, r) in counters.iter().zip(&d.counters) {
+            assert_eq!(
+                (r.count, r.remaining),
+                (n, c.limit - n),
+                "[{}] {c:?}",
+                f.name
+            );
+        }
+    }
+    // Every third counter (limit 2) is full now, the first and the last of them too.
+    let d = f.decide(&counters).await;
+    assert!(!d.allowed, "[{}]", f.name);
+    for (i, r) in d.counters.iter().enumerate() {
+        assert_eq!(r.over_limit, i % 3 == 0, "[{}] c{i}", f.name);
+    }
 }
 
 async fn shadow_counters(f: &Fixture) {
