@@ -797,6 +797,68 @@ async fn requests_started_together_share_a_script_call_and_stay_all_or_nothing()
     assert!((4..=8).contains(&calls), "{calls} EVALSHA for 64 requests");
 }
 
+/// In a cluster too, requests started together share a script call per slot: a hot counter's
+/// requests, and the hot slot's parts of cross-slot requests, each part still all or nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn cluster_requests_started_together_share_a_script_call_per_slot() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let opts = RedisOptions {
+        deny_cache: 0,
+        ..cluster_options(cluster.urls())
+    };
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&opts).await.expect("connect"));
+    store.ping().await.expect("ping");
+    let w = Duration::from_secs(60);
+    let hot = counter("cbatch", "hot", 40, w, 1);
+    let hot_key = format!("{PREFIX}{}", hot.key.as_str());
+    let node = cluster.node_for(&hot_key);
+    let calls_before = node.command_calls("evalsha");
+    assert_eq!(
+        admitted_of(std::slice::from_ref(&store), vec![hot.clone()], 64).await,
+        40
+    );
+    // 64 requests in 4 calls of 16; a first call may meet NOSCRIPT and be sent again.
+    let calls = node.command_calls("evalsha") - calls_before;
+    assert!((4..=8).contains(&calls), "{calls} EVALSHA for 64 requests");
+
+    // Cross-slot: 32 requests on a second hot counter (limit 10) and a fresh counter of their own
+    // on another slot. Every own part admits, so exactly the first 10 are admitted; the other 22
+    // take their own hit back.
+    let (hot2, _) = two_slots("cbatch2", 10, 1, w);
+    let slot = Slot::for_key(format!("{PREFIX}{}", hot2.key.as_str()));
+    let owns: Vec<Counter> = (0..)
+        .map(|i| counter("cbatch2", &format!("own{i}"), 1, w, 1))
+        .filter(|c| Slot::for_key(format!("{PREFIX}{}", c.key.as_str())) != slot)
+        .take(32)
+        .collect();
+    let tasks: Vec<_> = owns
+        .iter()
+        .map(|own| {
+            let (store, counters) = (store.clone(), vec![hot2.clone(), own.clone()]);
+            tokio::spawn(async move { store.decide(&counters).await })
+        })
+        .collect();
+    let mut admitted = 0;
+    for (task, own) in tasks.into_iter().zip(&owns) {
+        let decision = task.await.expect("task").expect("decide");
+        admitted += usize::from(decision.allowed);
+        let key = format!("{PREFIX}{}", own.key.as_str());
+        let recorded = if decision.allowed { "1" } else { "0" };
+        assert_eq!(
+            cluster.node_for(&key).cli(&["ZCARD", &key]),
+            recorded,
+            "{key}"
+        );
+    }
+    assert_eq!(admitted, 10);
+    let hot2_key = format!("{PREFIX}{}", hot2.key.as_str());
+    for key in [hot2_key.clone(), format!("{hot2_key}p")] {
+        assert_eq!(cluster.node_for(&key).cli(&["ZCARD", &key]), "10", "{key}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_cluster_replicas_are_exact_under_concurrency() {
     let Some(cluster) = RedisCluster::start() else {

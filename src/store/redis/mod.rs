@@ -8,8 +8,9 @@
 //! request: `ZREMRANGEBYSCORE` what left the window, `ZCARD`, decide; then, only if no enforced
 //! counter is over, `ZADD` the hits and `PEXPIRE` each key to its window, so an idle key disappears
 //! exactly when its last hit leaves the window. The time is Redis's own `TIME`, read inside the
-//! script: replicas whose clocks disagree still share one timeline. On standalone Redis one call
-//! decides, in order, the requests a worker has started together (up to 16; see `Lane`).
+//! script: replicas whose clocks disagree still share one timeline. One call decides, in order,
+//! the requests a worker has started together (up to 16; in a cluster, those of one slot; see
+//! `Lane`).
 //!
 //! Memory on Redis 7.0, measured by the `redis_bytes_per_tracked_hit` test: about 32 bytes per
 //! tracked hit (`used_memory`; `MEMORY USAGE` says 26) while a key holds at most 128 hits (Redis
@@ -25,7 +26,8 @@
 //! # Cluster
 //! Seed node URLs. Keys carry the [`CounterKey`] hash tag, so a counter lives on one slot and all
 //! windows of one descriptor share a slot. The counters of a request are grouped by slot; each group
-//! is one script call, decided on its own counters only, and the groups are sent concurrently. A
+//! is decided on its own counters only, in a script call of its slot (shared with other requests'
+//! groups of that slot), and the groups are sent concurrently. A
 //! request whose counters all share a slot (the common case: one descriptor, several windows) is
 //! exactly as atomic as on a standalone server.
 //!
@@ -64,6 +66,7 @@ mod per_thread;
 mod redact;
 pub mod script;
 
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -175,21 +178,43 @@ struct Shared {
     endpoint: String,
 }
 
-/// A standalone connection and the requests waiting for its next script call.
+/// A connection (standalone, or a cluster's) and the requests waiting for its next script call.
 ///
 /// Requests that a worker starts in one go (the calls that one read of a connection brought, or
 /// of several) are decided in one script call: about half of what Redis spends on a one-counter
 /// request is the call itself (BENCHMARKS.md), and the call is shared. The first request into an
 /// empty queue spawns the task that sends it; that task runs once the worker has started every
-/// call at hand, so it takes them all, and no request ever waits for a timer.
-struct Lane {
-    conn: ConnectionManager,
+/// call at hand, so it takes them all, and no request ever waits for a timer. In a cluster a call
+/// holds the requests (or cross-slot parts of requests) of one slot.
+struct Lane<C> {
+    conn: C,
+    /// Cluster: calls pass each counter's provisional log and hold one slot's parts.
+    cluster: bool,
     queue: parking_lot::Mutex<Vec<Queued>>,
 }
 
-/// A request in a [`Lane`]'s queue.
+impl<C> Lane<C> {
+    fn new(conn: C, cluster: bool) -> Arc<Lane<C>> {
+        Arc::new(Lane {
+            conn,
+            cluster,
+            queue: parking_lot::Mutex::new(Vec::new()),
+        })
+    }
+}
+
+/// What a [`Lane`] sends its script calls on.
+trait LaneConn: ::redis::aio::ConnectionLike + Clone + Send + Sync + 'static {}
+
+impl<C: ::redis::aio::ConnectionLike + Clone + Send + Sync + 'static> LaneConn for C {}
+
+/// A request, or one slot's part of a cross-slot request, in a [`Lane`]'s queue.
 struct Queued {
     id: String,
+    /// One slot's part of a cross-slot request (its hits also go to the provisional logs).
+    provisional: bool,
+    /// The counters' cluster slot (`None` on standalone).
+    slot: Option<Slot>,
     counters: Vec<Counter>,
     answer: oneshot::Sender<Result<Reply, StoreError>>,
 }
@@ -199,7 +224,7 @@ struct Queued {
 const MAX_BATCH: usize = 16;
 
 enum Conn {
-    Standalone(PerThread<Arc<Lane>>),
+    Standalone(PerThread<Arc<Lane<ConnectionManager>>>),
     /// Connected on first use (and again after a failed first attempt), because redis-rs needs a
     /// reachable seed to build a cluster connection; it handles reconnects and slot moves after.
     Cluster(Box<Cluster>),
@@ -207,7 +232,7 @@ enum Conn {
 
 struct Cluster {
     client: ClusterClient,
-    conn: PerThread<OnceCell<ClusterConnection>>,
+    lanes: PerThread<OnceCell<Arc<Lane<ClusterConnection>>>>,
 }
 
 impl RedisStore {
@@ -272,10 +297,7 @@ impl RedisStore {
                 .set_number_of_retries(2);
             let managers = PerThread::new(opts.connections, || {
                 let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
-                Ok(Arc::new(Lane {
-                    conn,
-                    queue: parking_lot::Mutex::new(Vec::new()),
-                }))
+                Ok(Lane::new(conn, false))
             });
             Conn::Standalone(managers.map_err(clean)?)
         } else {
@@ -289,7 +311,7 @@ impl RedisStore {
             }
             Conn::Cluster(Box::new(Cluster {
                 client: builder.build().map_err(clean)?,
-                conn: PerThread::new(opts.connections, || Ok::<_, StoreError>(OnceCell::new()))?,
+                lanes: PerThread::new(opts.connections, || Ok::<_, StoreError>(OnceCell::new()))?,
             }))
         };
         let deny_cache = (opts.deny_cache > 0).then(|| DenyCache::new(opts.deny_cache));
@@ -318,17 +340,24 @@ impl RedisStore {
 
     /// Asks Redis for the decision on `counters`, in the next script call of this worker's
     /// [`Lane`].
-    async fn ask_standalone(
+    /// Queues a request (or one slot's part of one) for `lane`'s next script call and waits for
+    /// its answer.
+    async fn ask<C: LaneConn>(
         &self,
-        lane: &Arc<Lane>,
-        counters: &[Counter],
+        lane: &Arc<Lane<C>>,
+        id: String,
+        provisional: bool,
+        slot: Option<Slot>,
+        counters: Vec<Counter>,
     ) -> Result<Reply, StoreError> {
         let (answer, reply) = oneshot::channel();
         let first = {
             let mut queue = lane.queue.lock();
             queue.push(Queued {
-                id: self.ids.next(),
-                counters: counters.to_vec(),
+                id,
+                provisional,
+                slot,
+                counters,
                 answer,
             });
             queue.len() == 1
@@ -428,29 +457,17 @@ impl RedisStore {
     /// others recorded are taken back (see the module docs).
     async fn ask_cluster(
         &self,
-        conn: &ClusterConnection,
+        lane: &Arc<Lane<ClusterConnection>>,
         counters: &[Counter],
     ) -> Result<Reply, StoreError> {
         let keys: Vec<String> = counters.iter().map(|c| self.redis_key(&c.key)).collect();
         let id = self.ids.next();
         let groups = group_by_slot(&keys);
+        let cross_slot = groups.len() > 1;
         // Each slot's counters, in the order the script answers for them.
-        let slot_counters: Vec<Vec<Counter>> = groups
-            .iter()
-            .map(|group| group.iter().map(|&i| counters[i].clone()).collect())
-            .collect();
-        let parts: Vec<CallPart<'_>> = slot_counters
-            .iter()
-            .map(|counters| CallPart {
-                id: &id,
-                provisional: groups.len() > 1,
-                counters,
-            })
-            .collect();
-        let calls = parts.iter().map(|part| {
-            let mut conn = conn.clone();
-            let cmd = script::command(&self.shared.prefix, true, std::slice::from_ref(part));
-            async move { script::run(&mut conn, &cmd).await }
+        let calls = groups.iter().map(|(slot, group)| {
+            let counters = group.iter().map(|&i| counters[i].clone()).collect();
+            self.ask(lane, id.clone(), cross_slot, Some(*slot), counters)
         });
         let answers = join_all(calls).await;
 
@@ -459,16 +476,8 @@ impl RedisStore {
         let mut failure = None;
         // Counters whose hits were recorded by an allowing group: what to take back on a deny.
         let mut recorded: Vec<usize> = Vec::new();
-        for ((group, part), answer) in groups.iter().zip(&parts).zip(answers) {
-            let reply: Result<Reply, StoreError> = answer
-                .map_err(|e| self.error(e))
-                .and_then(|r| script::parse(&r, std::slice::from_ref(part)))
-                .and_then(|mut replies| {
-                    replies
-                        .pop()
-                        .ok_or_else(|| StoreError::Backend("missing script answer".into()))
-                });
-            match reply {
+        for ((_, group), answer) in groups.iter().zip(answers) {
+            match answer {
                 Ok(reply) => {
                     allowed &= reply.allowed;
                     for (&i, r) in group.iter().zip(reply.counters) {
@@ -485,7 +494,8 @@ impl RedisStore {
             }
         }
         if !allowed && !recorded.is_empty() {
-            self.take_back(conn, &keys, counters, &recorded, &id).await;
+            self.take_back(&lane.conn, &keys, counters, &recorded, &id)
+                .await;
             for &i in &recorded {
                 if let Some(Reported { result: r, .. }) = results[i].as_mut() {
                     r.count = r.count.saturating_sub(counters[i].hits);
@@ -559,14 +569,17 @@ impl RedisStore {
         let _ = task.await;
     }
 
-    async fn cluster_conn<'a>(
+    async fn cluster_lane<'a>(
         &self,
         client: &ClusterClient,
-        conn: &'a OnceCell<ClusterConnection>,
-    ) -> Result<&'a ClusterConnection, StoreError> {
-        conn.get_or_try_init(|| client.get_async_connection())
-            .await
-            .map_err(|e| self.error(e))
+        lane: &'a OnceCell<Arc<Lane<ClusterConnection>>>,
+    ) -> Result<&'a Arc<Lane<ClusterConnection>>, StoreError> {
+        lane.get_or_try_init(|| async {
+            let conn = client.get_async_connection().await?;
+            Ok(Lane::new(conn, true))
+        })
+        .await
+        .map_err(|e| self.error(e))
     }
 
     async fn decide_inner(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
@@ -582,11 +595,15 @@ impl RedisStore {
         };
         let sent = Instant::now();
         let reply = match &self.conn {
-            Conn::Standalone(lanes) => self.ask_standalone(lanes.get(), counters).await?,
+            Conn::Standalone(lanes) => {
+                let id = self.ids.next();
+                self.ask(lanes.get(), id, false, None, counters.to_vec())
+                    .await?
+            }
             Conn::Cluster(cluster) => {
-                let Cluster { client, conn } = &**cluster;
-                let conn = self.cluster_conn(client, conn.get()).await?;
-                self.ask_cluster(conn, counters).await?
+                let Cluster { client, lanes } = &**cluster;
+                let lane = self.cluster_lane(client, lanes.get()).await?;
+                self.ask_cluster(lane, counters).await?
             }
         };
         self.remember(counters, &reply, sent, refreshes);
@@ -604,9 +621,10 @@ impl RedisStore {
                     .await
             }
             Conn::Cluster(cluster) => {
-                let Cluster { client, conn } = &**cluster;
-                let conn = self.cluster_conn(client, conn.get()).await?;
-                ping.query_async::<::redis::Value>(&mut conn.clone()).await
+                let Cluster { client, lanes } = &**cluster;
+                let lane = self.cluster_lane(client, lanes.get()).await?;
+                ping.query_async::<::redis::Value>(&mut lane.conn.clone())
+                    .await
             }
         }
         .map(|_| ())
@@ -646,38 +664,51 @@ impl Shared {
     }
 }
 
-/// Sends what a [`Lane`] has queued, [`MAX_BATCH`] requests per script call (the calls go out
-/// together on the lane's pipelined connection), and hands each request its answer. A request
-/// whose caller has gone (timed out, cancelled) before the call is built is left out.
-async fn send_queued(lane: Arc<Lane>, shared: Arc<Shared>) {
+/// Sends what a [`Lane`] has queued, up to [`MAX_BATCH`] requests of one slot per script call
+/// (the calls go out together on the lane's pipelined connection), and hands each request its
+/// answer. A request whose caller has gone (timed out, cancelled) before the call is built is
+/// left out.
+async fn send_queued<C: LaneConn>(lane: Arc<Lane<C>>, shared: Arc<Shared>) {
     let mut queued = std::mem::take(&mut *lane.queue.lock());
     queued.retain(|q| !q.answer.is_closed());
-    let mut batches = Vec::new();
-    while !queued.is_empty() {
-        let rest = queued.split_off(queued.len().min(MAX_BATCH));
-        batches.push(std::mem::replace(&mut queued, rest));
-    }
-    let calls = batches
+    let calls = batches(queued)
         .into_iter()
-        .map(|batch| send_batch(&lane.conn, &shared, batch));
+        .map(|batch| send_batch(&lane, &shared, batch));
     join_all(calls).await;
 }
 
+/// `queued` in script calls: at most [`MAX_BATCH`] each, one slot each, in queue order per slot.
+fn batches(queued: Vec<Queued>) -> Vec<Vec<Queued>> {
+    let mut batches: Vec<Vec<Queued>> = Vec::new();
+    // The batch still taking requests of each slot.
+    let mut open: HashMap<Option<Slot>, usize> = HashMap::new();
+    for q in queued {
+        match open.get(&q.slot) {
+            Some(&b) if batches[b].len() < MAX_BATCH => batches[b].push(q),
+            _ => {
+                open.insert(q.slot, batches.len());
+                batches.push(vec![q]);
+            }
+        }
+    }
+    batches
+}
+
 /// One script call for `batch`, each request answered with its part of the reply (or the error).
-async fn send_batch(conn: &ConnectionManager, shared: &Shared, batch: Vec<Queued>) {
+async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, batch: Vec<Queued>) {
     let parts: Vec<CallPart<'_>> = batch
         .iter()
         .map(|q| CallPart {
             id: &q.id,
-            provisional: false,
+            provisional: q.provisional,
             counters: &q.counters,
         })
         .collect();
-    let cmd = script::command(&shared.prefix, false, &parts);
+    let cmd = script::command(&shared.prefix, lane.cluster, &parts);
     // By the timeout every caller of the batch has given up (each one's own timeout started
     // before the call was sent): stop holding the batch, or a frozen Redis would hold every
     // request it was sent.
-    let mut conn = conn.clone();
+    let mut conn = lane.conn.clone();
     let call = script::run(&mut conn, &cmd);
     let replies = match tokio::time::timeout(shared.timeout, call).await {
         Ok(reply) => reply
@@ -807,17 +838,13 @@ fn tcp_settings() -> TcpSettings {
 }
 
 /// Indices of `keys` grouped by cluster slot, in first-seen order.
-fn group_by_slot(keys: &[String]) -> Vec<Vec<usize>> {
-    let mut slots: Vec<Slot> = Vec::new();
-    let mut groups: Vec<Vec<usize>> = Vec::new();
+fn group_by_slot(keys: &[String]) -> Vec<(Slot, Vec<usize>)> {
+    let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
     for (i, key) in keys.iter().enumerate() {
         let slot = Slot::for_key(key);
-        match slots.iter().position(|s| *s == slot) {
-            Some(g) => groups[g].push(i),
-            None => {
-                slots.push(slot);
-                groups.push(vec![i]);
-            }
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(i),
+            None => groups.push((slot, vec![i])),
         }
     }
     groups
@@ -836,8 +863,43 @@ mod tests {
             .iter()
             .map(|k| format!("{DEFAULT_PREFIX}{}", k.as_str()))
             .collect();
-        let groups = group_by_slot(&keys);
+        let groups: Vec<Vec<usize>> = group_by_slot(&keys).into_iter().map(|(_, g)| g).collect();
         assert_eq!(groups, vec![vec![0, 1], vec![2]]);
+    }
+
+    #[test]
+    fn batches_hold_one_slot_and_at_most_max_batch_in_queue_order() {
+        let queued = |slot: Option<u16>, id: String| Queued {
+            id,
+            provisional: false,
+            slot: slot.and_then(Slot::new),
+            counters: Vec::new(),
+            answer: oneshot::channel().0,
+        };
+        let ids = |batches: Vec<Vec<Queued>>| -> Vec<Vec<String>> {
+            batches
+                .into_iter()
+                .map(|b| b.into_iter().map(|q| q.id).collect())
+                .collect()
+        };
+        let standalone = (0..20).map(|i| queued(None, i.to_string())).collect();
+        let batched = ids(batches(standalone));
+        assert_eq!(batched.iter().map(Vec::len).collect::<Vec<_>>(), [16, 4]);
+        assert_eq!(
+            (batched[0][0].as_str(), batched[1][3].as_str()),
+            ("0", "19")
+        );
+        let cluster = [(7, "a"), (9, "b"), (7, "c"), (9, "d"), (3, "e")]
+            .into_iter()
+            .map(|(slot, id)| queued(Some(slot), id.to_string()))
+            .collect();
+        assert_eq!(
+            ids(batches(cluster)),
+            [vec!["a", "c"], vec!["b", "d"], vec!["e"]]
+        );
+        let one_slot = (0..33).map(|i| queued(Some(5), i.to_string())).collect();
+        let sizes: Vec<usize> = batches(one_slot).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [16, 16, 1]);
     }
 
     #[tokio::test]
