@@ -338,10 +338,8 @@ impl RedisStore {
         format!("{}{}", self.shared.prefix, key.as_str())
     }
 
-    /// Asks Redis for the decision on `counters`, in the next script call of this worker's
-    /// [`Lane`].
-    /// Queues a request (or one slot's part of one) for `lane`'s next script call and waits for
-    /// its answer.
+    /// Asks Redis for the decision on `counters` (a request, or one slot's part of one) in the
+    /// next script call of this worker's [`Lane`].
     async fn ask<C: LaneConn>(
         &self,
         lane: &Arc<Lane<C>>,
