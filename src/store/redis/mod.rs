@@ -676,7 +676,16 @@ async fn send_queued<C: LaneConn>(lane: Arc<Lane<C>>, shared: Arc<Shared>) {
 }
 
 /// `queued` in script calls: at most [`MAX_BATCH`] each, one slot each, in queue order per slot.
-fn batches(queued: Vec<Queued>) -> Vec<Vec<Queued>> {
+fn batches(mut queued: Vec<Queued>) -> Vec<Vec<Queued>> {
+    if queued.iter().all(|q| q.slot.is_none()) {
+        // Standalone: no slots to sort by.
+        let mut batches = Vec::new();
+        while !queued.is_empty() {
+            let rest = queued.split_off(queued.len().min(MAX_BATCH));
+            batches.push(std::mem::replace(&mut queued, rest));
+        }
+        return batches;
+    }
     let mut batches: Vec<Vec<Queued>> = Vec::new();
     // The batch still taking requests of each slot.
     let mut open: HashMap<Option<Slot>, usize> = HashMap::new();
