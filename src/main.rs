@@ -53,7 +53,9 @@ enum Command {
         path: PathBuf,
     },
     /// Loads any RateLimitService v3 server over gRPC and reports throughput, latency
-    /// percentiles and allowed/denied/error counts (text and one JSON line).
+    /// percentiles and allowed/denied/error counts (text and one JSON line). Exit 0 when every
+    /// measured call got an answer, 3 when the run finished but some calls failed (the report
+    /// counts them), 1 when it could not run (e.g. nothing to connect to), 2 for bad arguments.
     Bench(slidegate::bench::BenchArgs),
 }
 
@@ -180,10 +182,23 @@ fn check_config(path: &Path) -> ExitCode {
 /// `slidegate bench`: the load generator builds its own runtimes, one per thread.
 fn bench_main(args: slidegate::bench::BenchArgs) -> ExitCode {
     match slidegate::bench::main(args) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(report) if report.errors == 0 => ExitCode::SUCCESS,
+        // A script must not take a run of failed calls for a measurement: a distinct code, so
+        // that it can still tell this from a run that never started (1).
+        Ok(report) => {
+            eprintln!(
+                "slidegate bench: {} of {} calls failed",
+                report.errors, report.requests
+            );
+            ExitCode::from(3)
+        }
         Err(error) => {
             eprintln!("slidegate bench: {error:#}");
-            ExitCode::FAILURE
+            match error {
+                // As clap does for the arguments it checks itself.
+                slidegate::bench::BenchError::Invalid(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }
