@@ -53,9 +53,11 @@ enum Command {
         path: PathBuf,
     },
     /// Loads any RateLimitService v3 server over gRPC and reports throughput, latency
-    /// percentiles and allowed/denied/error counts (text and one JSON line). Exit 0 when every
-    /// measured call got an answer, 3 when the run finished but some calls failed (the report
-    /// counts them), 1 when it could not run (e.g. nothing to connect to), 2 for bad arguments.
+    /// percentiles and allowed/denied/error counts (text and one JSON line).
+    ///
+    /// Exit status: 0 when every measured call got an answer (allowed or denied), 3 when the run
+    /// finished but some calls failed (the report counts them), 1 when it could not run (nothing
+    /// to connect to), 2 for bad arguments.
     Bench(slidegate::bench::BenchArgs),
 }
 
