@@ -321,7 +321,11 @@ async fn grpc_shadow_mode_per_rule_and_global() {
         Code::OverLimit,
         "but reports the truth"
     );
-    assert!(!headers(&r).contains_key("retry-after"));
+    assert!(
+        !headers(&r).contains_key("ratelimit-remaining"),
+        "nothing is enforced, so no RateLimit headers: {:?}",
+        headers(&r)
+    );
     let m = global.metrics().await;
     assert_eq!(
         m.get(
@@ -329,6 +333,30 @@ async fn grpc_shadow_mode_per_rule_and_global() {
         ),
         1.0
     );
+}
+
+/// A shadow rule changes nothing a client sees: the RateLimit headers come from enforced limits
+/// only, even when a shadow limit is the most restrictive of the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_headers_come_from_enforced_limits_only() {
+    let server = Server::start(&[]);
+    let mut client = server.client().await;
+    let shadow_only = request("test", vec![descriptor(&[("shadow", "q")])]);
+    let r = call(&mut client, shadow_only.clone()).await;
+    assert!(!headers(&r).contains_key("ratelimit-limit"), "{:?}", headers(&r));
+    let both = request(
+        "test",
+        vec![descriptor(&[("shadow", "q")]), descriptor(&[("user", "z")])],
+    );
+    let r = call(&mut client, both).await;
+    assert_eq!(r.overall_code(), Code::Ok);
+    assert_eq!(r.statuses[0].limit_remaining, 0, "the shadow rule is full");
+    let h = headers(&r);
+    assert_eq!(h.get("ratelimit-limit").map(String::as_str), Some("3"), "{h:?}");
+    assert_eq!(h.get("ratelimit-remaining").map(String::as_str), Some("2"));
+    assert_eq!(h.get("ratelimit-policy").map(String::as_str), Some("3;w=60"));
+    let r = call(&mut client, shadow_only).await;
+    assert!(!headers(&r).contains_key("ratelimit-limit"), "{:?}", headers(&r));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
