@@ -397,7 +397,8 @@ impl RateLimiter {
     ) -> Response {
         let mut statuses = Vec::with_capacity(plans.len());
         // The counter whose state the headers show: (index, enforced over limit), and the
-        // counters of its descriptor (for the policy).
+        // counters of its descriptor (for the policy). Only enforced limits are candidates: a
+        // shadow limit (its rule's or the global shadow mode) changes nothing a client sees.
         let mut header_choice: Option<(usize, bool, Range<usize>)> = None;
         for plan in plans {
             let limited = match plan {
@@ -417,7 +418,8 @@ impl RateLimiter {
             let code = self.record(domain, limited, result.over_limit, near_limit);
             let enforced_over = code == Code::OverLimit;
             let current = header_choice.as_ref().map(|(i, over, _)| (*i, *over));
-            if better_for_headers((chosen, enforced_over), current, results) {
+            let enforced = !counters[chosen].shadow;
+            if enforced && better_for_headers((chosen, enforced_over), current, results) {
                 header_choice = Some((chosen, enforced_over, range.clone()));
             }
             let limit = &limited.limits[chosen - range.start];

@@ -343,7 +343,11 @@ async fn grpc_headers_come_from_enforced_limits_only() {
     let mut client = server.client().await;
     let shadow_only = request("test", vec![descriptor(&[("shadow", "q")])]);
     let r = call(&mut client, shadow_only.clone()).await;
-    assert!(!headers(&r).contains_key("ratelimit-limit"), "{:?}", headers(&r));
+    assert!(
+        !headers(&r).contains_key("ratelimit-limit"),
+        "{:?}",
+        headers(&r)
+    );
     let both = request(
         "test",
         vec![descriptor(&[("shadow", "q")]), descriptor(&[("user", "z")])],
@@ -352,11 +356,22 @@ async fn grpc_headers_come_from_enforced_limits_only() {
     assert_eq!(r.overall_code(), Code::Ok);
     assert_eq!(r.statuses[0].limit_remaining, 0, "the shadow rule is full");
     let h = headers(&r);
-    assert_eq!(h.get("ratelimit-limit").map(String::as_str), Some("3"), "{h:?}");
+    assert_eq!(
+        h.get("ratelimit-limit").map(String::as_str),
+        Some("3"),
+        "{h:?}"
+    );
     assert_eq!(h.get("ratelimit-remaining").map(String::as_str), Some("2"));
-    assert_eq!(h.get("ratelimit-policy").map(String::as_str), Some("3;w=60"));
+    assert_eq!(
+        h.get("ratelimit-policy").map(String::as_str),
+        Some("3;w=60")
+    );
     let r = call(&mut client, shadow_only).await;
-    assert!(!headers(&r).contains_key("ratelimit-limit"), "{:?}", headers(&r));
+    assert!(
+        !headers(&r).contains_key("ratelimit-limit"),
+        "{:?}",
+        headers(&r)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

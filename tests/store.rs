@@ -279,9 +279,18 @@ async fn hits_zero_and_many(f: &Fixture) {
     // hits 0 on the full counter: 0 hits fit, so the check is allowed (as in
     // envoyproxy/ratelimit), and it reports the counter full.
     let d = f.decide(&[hits(c.clone(), 0)]).await;
-    assert!(d.allowed, "[{}] a check of 0 hits fits a full counter", f.name);
+    assert!(
+        d.allowed,
+        "[{}] a check of 0 hits fits a full counter",
+        f.name
+    );
     let r = &d.counters[0];
-    assert_eq!((r.over_limit, r.count, r.remaining), (false, 5, 0), "[{}]", f.name);
+    assert_eq!(
+        (r.over_limit, r.count, r.remaining),
+        (false, 5, 0),
+        "[{}]",
+        f.name
+    );
     // One hit does not fit, and a check with a limit below what the window holds (a reload
     // lowered it) is over.
     assert!(!f.decide(std::slice::from_ref(&c)).await.allowed);
@@ -409,7 +418,11 @@ async fn same_counter_twice(f: &Fixture) {
         assert_eq!(card, "0", "[{}]", f.name);
     }
     let d = f.decide(std::slice::from_ref(&once)).await;
-    assert!(d.allowed, "[{}] the denied request left the counter empty", f.name);
+    assert!(
+        d.allowed,
+        "[{}] the denied request left the counter empty",
+        f.name
+    );
 
     // Denied by another counter (on another slot, in a cluster): both occurrences report what
     // the counter holds, not the hits of a request that was not recorded.
@@ -419,7 +432,13 @@ async fn same_counter_twice(f: &Fixture) {
     assert!(!d.allowed && d.counters[2].over_limit, "[{}]", f.name);
     for r in &d.counters[..2] {
         assert!(!r.over_limit, "[{}] {r:?}", f.name);
-        assert_eq!((r.count, r.remaining), (0, 3), "[{}] {:?}", f.name, d.counters);
+        assert_eq!(
+            (r.count, r.remaining),
+            (0, 3),
+            "[{}] {:?}",
+            f.name,
+            d.counters
+        );
     }
     let d = f.decide(&[hits(v.clone(), 0)]).await;
     assert_eq!(d.counters[0].count, 0, "[{}]", f.name);
@@ -659,7 +678,7 @@ fn model_fits(admitted: &[(u64, u64)], now: u64, window: u64, limit: u64, hits: 
         .filter(|(t, _)| t + window > now)
         .map(|(_, h)| h)
         .sum();
-    hits <= limit && in_window + hits.max(1) <= limit
+    hits <= limit && in_window + hits <= limit
 }
 
 proptest! {
@@ -1608,7 +1627,10 @@ async fn deny_cache_a_request_never_waits_for_its_own_refresh() {
         async move { store.decide(&counters).await.expect("decide") }
     };
     assert!(decide(vec![c.clone()]).await.allowed);
-    assert!(!decide(vec![c.clone()]).await.allowed, "full: the deny is cached");
+    assert!(
+        !decide(vec![c.clone()]).await.allowed,
+        "full: the deny is cached"
+    );
     tokio::time::sleep(w + Duration::from_millis(100)).await;
     let started = Instant::now();
     let d = decide(vec![c.clone(), c.clone()]).await;
@@ -1617,7 +1639,10 @@ async fn deny_cache_a_request_never_waits_for_its_own_refresh() {
     // Not a measure of speed: spinning would take 2 s (a quarter of the timeout), one call takes
     // well under a millisecond.
     assert!(took < Duration::from_secs(1), "{took:?}");
-    assert!(decide(vec![c]).await.allowed, "nothing was recorded or cached");
+    assert!(
+        decide(vec![c]).await.allowed,
+        "nothing was recorded or cached"
+    );
 }
 
 /// A request that waits for another request's refresh of a counter waits at most a quarter of its
@@ -1642,10 +1667,9 @@ async fn deny_cache_a_waiter_waits_only_its_own_share_of_the_timeout() {
     assert!(!store.decide(one).await.expect("decide").allowed);
     tokio::time::sleep(w + Duration::from_millis(100)).await;
     let mut leader = Box::pin(store.decide(one));
-    let pending = std::future::poll_fn(|cx| {
-        std::task::Poll::Ready(leader.as_mut().poll(cx).is_pending())
-    })
-    .await;
+    let pending =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(leader.as_mut().poll(cx).is_pending()))
+            .await;
     assert!(pending, "the leader is waiting for Redis");
     let waiter = store.decide(one).await;
     let d = waiter.expect("the waiter asked Redis itself within its own timeout");
@@ -1667,7 +1691,13 @@ async fn cluster_take_back_empties_the_counter_before_the_provisional_log() {
         .expect("connect");
     let w = Duration::from_secs(60);
     let (full, b) = two_slots("take-back-order", 1, 5, w);
-    assert!(store.decide(std::slice::from_ref(&full)).await.expect("decide").allowed);
+    assert!(
+        store
+            .decide(std::slice::from_ref(&full))
+            .await
+            .expect("decide")
+            .allowed
+    );
     let key = format!("{PREFIX}{}", b.key.as_str());
     let log = format!("{key}p");
     let node = cluster.node_for(&key);
@@ -1681,16 +1711,26 @@ async fn cluster_take_back_empties_the_counter_before_the_provisional_log() {
     let _monitor = support::KillOnDrop(monitor);
     let (tx, lines) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             if tx.send(line).is_err() {
                 return;
             }
         }
     });
-    let next = || lines.recv_timeout(Duration::from_secs(10)).expect("MONITOR line");
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("MONITOR line")
+    };
     assert_eq!(next(), "OK");
 
-    let d = store.decide(&[b.clone(), full.clone()]).await.expect("decide");
+    let d = store
+        .decide(&[b.clone(), full.clone()])
+        .await
+        .expect("decide");
     assert!(!d.allowed);
     let gone = support::wait_until(Duration::from_secs(5), || {
         node.cli(&["ZCARD", &key]) == "0" && node.cli(&["ZCARD", &log]) == "0"
@@ -1707,7 +1747,11 @@ async fn cluster_take_back_empties_the_counter_before_the_provisional_log() {
             removals.push(line);
         }
     }
-    let position = |k: &str| removals.iter().position(|l| l.contains(&format!("\"ZREM\" \"{k}\" ")));
+    let position = |k: &str| {
+        removals
+            .iter()
+            .position(|l| l.contains(&format!("\"ZREM\" \"{k}\" ")))
+    };
     assert!(
         matches!((position(&key), position(&log)), (Some(c), Some(l)) if c < l),
         "{removals:#?}"

@@ -6,15 +6,13 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::model::{DescriptorModel, FileModel, RateLimitModel};
 use super::tree::{DomainRules, Level, Node, Pattern, Slot};
 use super::{ConfigError, Limit, Rule, Unit};
 
-/// The longest window accepted. Longer ones are certainly typos, and bounding them keeps window
-/// arithmetic in the stores (milliseconds, expiry times) far from overflow.
-const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
+// The longest window accepted is the longest the stores hold; longer ones are certainly typos.
+use crate::store::MAX_WINDOW;
 
 /// One file's domain, compiled.
 pub(super) struct Compiled {

@@ -26,7 +26,13 @@
 --   reset_after_us  over: until the request's hits fit (the window if they never can);
 --                   otherwise until the oldest hit leaves the window (0 if empty)
 --   reset1_us       until one hit fits, -1 if one fits now (for the local deny cache); -2 if the
---                   counter is full but holds provisional hits, which may leave before their time
+--                   counter is full but holds provisional hits, which may leave before their time.
+--                   Counted from the hits the counter holds, never from the pending hits of this
+--                   request's earlier counters on the same key: a denied request records none.
+--
+-- A denied request reports, for every counter, the hits it holds (what the request left behind);
+-- an allowed one the hits held plus those this request recorded up to that counter. A check
+-- (hits 0) is over only if the window holds more than the limit: 0 hits fit a full counter.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -64,6 +70,7 @@ local function decide(rid, part, n, k0, a0)
   local key, log = {}, {}
   local limit, window, hits, shadow = {}, {}, {}, {}
   local over, count, reset, reset1 = {}, {}, {}, {}
+  local held = {}
   local pending = {}
   local allowed = 1
 
@@ -79,12 +86,12 @@ local function decide(rid, part, n, k0, a0)
     shadow[i] = ARGV[base + 3] == '1'
 
     redis.call('ZREMRANGEBYSCORE', key[i], '-inf', now - window[i])
-    local c = redis.call('ZCARD', key[i]) + (pending[key[i]] or 0)
-    local ask = math.max(hits[i], 1)
+    held[i] = redis.call('ZCARD', key[i])
+    local c = held[i] + (pending[key[i]] or 0)
     count[i] = c
     reset1[i] = -1
-    if c + 1 > limit[i] then
-      reset1[i] = until_fits(key[i], c + 1 - limit[i], window[i])
+    if held[i] + 1 > limit[i] then
+      reset1[i] = until_fits(key[i], held[i] + 1 - limit[i], window[i])
       if has_provisional(log[i], window[i]) then
         reset1[i] = -2
       end
@@ -92,9 +99,9 @@ local function decide(rid, part, n, k0, a0)
     if hits[i] > limit[i] then
       over[i] = true
       reset[i] = window[i]
-    elseif c + ask > limit[i] then
+    elseif c + hits[i] > limit[i] then
       over[i] = true
-      reset[i] = until_fits(key[i], c + ask - limit[i], window[i])
+      reset[i] = until_fits(key[i], c + hits[i] - limit[i], window[i])
     else
       over[i] = false
       pending[key[i]] = (pending[key[i]] or 0) + hits[i]
@@ -107,6 +114,9 @@ local function decide(rid, part, n, k0, a0)
   out[#out + 1] = allowed
   local added = {}
   for i = 1, n do
+    if allowed == 0 then
+      count[i] = held[i]
+    end
     if allowed == 1 and not over[i] and hits[i] > 0 then
       -- Hits are numbered per key across the request, so a counter named twice gets distinct
       -- members.

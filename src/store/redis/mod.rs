@@ -118,7 +118,8 @@ pub struct RedisOptions {
     /// PEM file of CA certificates to trust for `rediss://` instead of the system roots (a private
     /// CA or a self-signed server certificate).
     pub tls_ca_file: Option<PathBuf>,
-    /// Capacity of the exact local deny cache in counters; 0 turns it off. Standalone only, see
+    /// Capacity of the exact local deny cache in counters; 0 turns it off. Standalone and Cluster
+    /// (where a counter filled by hits a compensation may take back is never cached), see
     /// [`DenyCache`].
     pub deny_cache: usize,
     /// Connections to open (lazily): one per thread that serves calls, see the `per_thread` module.
@@ -369,16 +370,17 @@ impl RedisStore {
     }
 
     /// Consults the deny cache until it denies the request or lets it ask Redis, waiting while
-    /// another request refreshes one of its counters. Each wait is bounded by the leader's own
-    /// deadline; past a quarter of ours, stop waiting for other requests' answers and ask Redis, so
-    /// that waiting never turns a request into a timeout.
+    /// another request refreshes one of its counters. Waiting, in all, lasts at most a quarter of
+    /// our timeout, however long the leader takes: then stop waiting for other requests' answers
+    /// and ask Redis, so that waiting never turns a request into a timeout.
     async fn consult(&self, counters: &[Counter]) -> ControlFlow<Decision, Vec<(usize, Refresh)>> {
         let stop_waiting = Instant::now() + self.shared.timeout / 4;
         while Instant::now() < stop_waiting {
             match self.consult_cache(counters, Instant::now()) {
                 Consult::Deny(decision) => return ControlFlow::Break(decision),
                 Consult::Wait(mut done) => {
-                    let _ = done.changed().await;
+                    let until = tokio::time::Instant::from_std(stop_waiting);
+                    let _ = tokio::time::timeout_at(until, done.changed()).await;
                 }
                 Consult::Ask(leads) => return ControlFlow::Continue(leads),
             }
@@ -416,7 +418,9 @@ impl RedisStore {
     /// A local deny is exact for the full counter: `count` = limit (one more hit does not fit, so
     /// the log holds the limit), `remaining` 0, `reset_after` the time until one hit fits (the
     /// whole window for `hits > limit`). Its exact `reset_after` for `1 < hits <= limit` would need
-    /// the log, so such counters go to Redis. The request's other counters were not looked at:
+    /// the log, so such counters go to Redis, as do checks (`hits` 0), which fit a full counter.
+    /// A counter the request names twice is looked up once: the request never waits for a
+    /// refresh it leads itself. The request's other counters were not looked at:
     /// they are reported as not over limit with `count` 0, `remaining` = limit and `reset_after` 0
     /// (unknown, and untouched by this request).
     fn consult_cache(&self, counters: &[Counter], now: Instant) -> Consult {
@@ -428,12 +432,13 @@ impl RedisStore {
         let mut pending = None;
         let mut leads = Vec::new();
         for (i, c) in counters.iter().enumerate() {
-            let exact = !c.shadow && (c.hits <= 1 || c.hits > c.limit);
+            let exact = !c.shadow && (c.hits == 1 || c.hits > c.limit);
             let mut wait = None;
             if exact {
                 match cache.lookup(&c.key, c.limit, now) {
                     Lookup::Miss => {}
                     Lookup::Denied(d) => wait = Some(d),
+                    Lookup::Wait(_) if leads_counter(&leads, counters, c) => {}
                     Lookup::Wait(done) => pending = pending.or(Some(done)),
                     Lookup::Lead(refresh) => leads.push((i, refresh)),
                 }
@@ -494,9 +499,16 @@ impl RedisStore {
         if !allowed && !recorded.is_empty() {
             self.take_back(&lane.conn, &keys, counters, &recorded, &id)
                 .await;
-            for &i in &recorded {
-                if let Some(Reported { result: r, .. }) = results[i].as_mut() {
-                    r.count = r.count.saturating_sub(counters[i].hits);
+            // Each counter of an admitting slot reported its key's hits up to it, this request's
+            // included: take back all of them that were recorded on that key before it or by it.
+            for (i, result) in results.iter_mut().enumerate() {
+                let taken: u64 = recorded
+                    .iter()
+                    .filter(|&&j| j <= i && keys[j] == keys[i])
+                    .map(|&j| counters[j].hits)
+                    .sum();
+                if let (Some(Reported { result: r, .. }), true) = (result.as_mut(), taken > 0) {
+                    r.count = r.count.saturating_sub(taken);
                     r.remaining = counters[i].limit.saturating_sub(r.count);
                     if r.count == 0 {
                         r.reset_after = Duration::ZERO;
@@ -533,26 +545,27 @@ impl RedisStore {
                 None => per_key.push((keys[i].clone(), counters[i].hits)),
             }
         }
-        // From the counter and from its provisional log, where a cross-slot part's hits also go.
-        let removals: Vec<(String, Vec<String>)> = per_key
-            .into_iter()
-            .flat_map(|(key, hits)| {
-                let members = script::members(id, hits);
-                let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
-                [(log, members.clone()), (key, members)]
-            })
-            .collect();
+        // From the counter, then from its provisional log, where a cross-slot part's hits also go.
+        // In this order: a counter whose log lost them first would look full for good to a call
+        // in between, which a deny cache would then keep. If the first fails, the hits stay in
+        // both (never cached as full) until they leave the window.
         let conn = conn.clone();
         let redactor = self.shared.redactor.clone();
+        let id = id.to_string();
         let task = tokio::spawn(async move {
-            let calls = removals.into_iter().map(|(key, members)| {
+            let calls = per_key.into_iter().map(|(key, hits)| {
                 let mut conn = conn.clone();
+                let members = script::members(&id, hits);
+                let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
                 async move {
-                    ::redis::cmd("ZREM")
-                        .arg(&key)
-                        .arg(&members)
-                        .query_async::<i64>(&mut conn)
-                        .await
+                    for key in [key, log] {
+                        ::redis::cmd("ZREM")
+                            .arg(&key)
+                            .arg(&members)
+                            .query_async::<i64>(&mut conn)
+                            .await?;
+                    }
+                    Ok::<_, RedisError>(())
                 }
             });
             for result in join_all(calls).await {
@@ -763,6 +776,13 @@ fn full_for(reported: &Reported, allowed: bool) -> Option<Duration> {
     } else {
         reported.one_hit_fits_in
     }
+}
+
+/// Whether `leads` (this request's refreshes so far) holds `counter`'s cache entry.
+fn leads_counter(leads: &[(usize, Refresh)], counters: &[Counter], counter: &Counter) -> bool {
+    leads
+        .iter()
+        .any(|(j, _)| counters[*j].key == counter.key && counters[*j].limit == counter.limit)
 }
 
 /// The decision for a request denied from the cache (see [`RedisStore::consult_cache`]).
