@@ -52,7 +52,7 @@ pub use key::CounterKey;
 pub use memory::MemoryStore;
 
 /// The longest window a store holds exactly (100 years). In Redis a hit's time plus the window must
-/// stay an exact integer in a Lua double (below 2^53 µs, 285 years after 1970).
+/// stay an exact integer in a Lua double, below 2^53 µs since 1970: true until the year 2155.
 pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// One sliding-window counter that a request touches.
