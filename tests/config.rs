@@ -541,8 +541,13 @@ async fn watched_directory_reloads_good_changes_and_keeps_rules_on_bad_ones() {
     std::fs::write(&a, domain_file("one", &["k1"])).expect("write");
     let live = live_from(dir.path());
     let attempts = Attempts::default();
-    let reloader = Reloader::spawn(dir.path().to_owned(), live.clone(), attempts.hook(), hangup())
-        .expect("spawn reloader");
+    let reloader = Reloader::spawn(
+        dir.path().to_owned(),
+        live.clone(),
+        attempts.hook(),
+        hangup(),
+    )
+    .expect("spawn reloader");
 
     // A good change goes live.
     std::fs::write(&a, domain_file("one", &["k1", "k2"])).expect("write");
@@ -599,8 +604,8 @@ async fn watched_file_reloads_on_replace_by_rename_and_ignores_unrelated_files()
     std::fs::write(&file, domain_file("one", &["k1"])).expect("write");
     let live = live_from(&file);
     let attempts = Attempts::default();
-    let _reloader =
-        Reloader::spawn(file.clone(), live.clone(), attempts.hook(), hangup()).expect("spawn reloader");
+    let _reloader = Reloader::spawn(file.clone(), live.clone(), attempts.hook(), hangup())
+        .expect("spawn reloader");
 
     // Unrelated files next to the rule file do not cause reload attempts.
     std::fs::write(dir.path().join("other.txt"), "hello").expect("write");
@@ -623,8 +628,13 @@ async fn sighup_forces_a_reload() {
     let live = live_from(dir.path());
     let before = live.load_full();
     let attempts = Attempts::default();
-    let _reloader = Reloader::spawn(dir.path().to_owned(), live.clone(), attempts.hook(), hangup())
-        .expect("spawn reloader");
+    let _reloader = Reloader::spawn(
+        dir.path().to_owned(),
+        live.clone(),
+        attempts.hook(),
+        hangup(),
+    )
+    .expect("spawn reloader");
 
     // The files are unchanged, so only SIGHUP can cause this reload. The Reloader's handler is
     // installed, so the signal does not terminate the test process.
