@@ -538,6 +538,10 @@ mod tests {
         assert!(text.contains(
             "slidegate_decisions_total{decision=\"allowed\",domain=\"d\",rule=\"overflow\"} 5"
         ));
+        assert!(
+            text.contains("slidegate_rule_label_overflow_total 5"),
+            "{text}"
+        );
         // A pair seen before the cap keeps its own series.
         metrics
             .rule("d", "r0")
@@ -545,6 +549,79 @@ mod tests {
         assert!(metrics.render().contains(
             "slidegate_decisions_total{decision=\"allowed\",domain=\"d\",rule=\"r0\"} 2"
         ));
+    }
+
+    /// Rules of domain `d` named `{prefix}{i}`.
+    fn named_rules(prefix: &str, count: usize) -> RuleSet {
+        let mut text = String::from("domain: d\ndescriptors:\n");
+        for i in 0..count {
+            text.push_str(&format!(
+                "  - key: k{i}\n    rate_limit: {{ name: {prefix}{i}, unit: second, requests_per_unit: 1 }}\n"
+            ));
+        }
+        crate::config::load_sources(&[("d.yaml".to_owned(), text)]).expect("rules load")
+    }
+
+    fn series(text: &str, rule: &str) -> bool {
+        text.contains(&format!("domain=\"d\",rule=\"{rule}\"}}"))
+    }
+
+    #[test]
+    fn renamed_rules_never_fill_the_cap() {
+        let metrics = Metrics::new();
+        let count = MAX_RULE_LABELS / 4 + 1;
+        for generation in 0..6 {
+            let prefix = format!("g{generation}_");
+            metrics.set_rules(&named_rules(&prefix, count));
+            for i in 0..count {
+                metrics
+                    .rule("d", &format!("{prefix}{i}"))
+                    .record(DecisionLabel::Allowed, 1, false);
+            }
+        }
+        let text = metrics.render();
+        assert!(!series(&text, OVERFLOW_RULE), "live rules overflowed");
+        assert!(text.contains("slidegate_rule_label_overflow_total 0"));
+        assert!(series(&text, "g5_0") && !series(&text, "g4_0"));
+        assert_eq!(metrics.rule_cache.read().len, count);
+    }
+
+    #[test]
+    fn runtime_labels_stay_while_used_and_removed_domains_go() {
+        let metrics = Metrics::new();
+        metrics.set_rules(&named_rules("r", 1));
+        metrics
+            .rule("d", "r0")
+            .record(DecisionLabel::Allowed, 1, false);
+        metrics
+            .rule("d", "k0_alice")
+            .record(DecisionLabel::Allowed, 1, false);
+        metrics
+            .rule("d", "k0_bob")
+            .record(DecisionLabel::Allowed, 1, false);
+        metrics.no_rule("d");
+        // A reload right after: both runtime labels were used since the last one.
+        metrics.set_rules(&named_rules("r", 1));
+        assert!(series(&metrics.render(), "k0_bob"));
+        // Only alice is seen before the next reload: bob's series goes.
+        metrics
+            .rule("d", "k0_alice")
+            .record(DecisionLabel::Allowed, 1, false);
+        metrics.set_rules(&named_rules("r", 1));
+        let text = metrics.render();
+        assert!(
+            series(&text, "k0_alice") && !series(&text, "k0_bob"),
+            "{text}"
+        );
+        assert!(series(&text, "r0"), "a configured rule stays, used or not");
+        // A reload without domain `d` removes all of its series.
+        let other = "domain: e\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n";
+        metrics.set_rules(
+            &crate::config::load_sources(&[("e.yaml".to_owned(), other.to_owned())])
+                .expect("rules load"),
+        );
+        let text = metrics.render();
+        assert!(!text.contains("domain=\"d\""), "{text}");
     }
 
     #[test]
