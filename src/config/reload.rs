@@ -94,8 +94,6 @@ impl Reloader {
         hook: ReloadHook,
         hangup: Signal,
     ) -> std::io::Result<Reloader> {
-        // Relative to the working directory at start, for good: the watches need absolute paths.
-        let path = std::path::absolute(&path).unwrap_or(path);
         let status = ConfigStatus {
             served: live.load().checksum(),
             on_disk: Some(live.load().checksum()),
@@ -118,7 +116,7 @@ impl Reloader {
         self.inner.reload().await
     }
 
-    /// The watched rule path (made absolute).
+    /// The watched rule path.
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -143,10 +141,15 @@ async fn run(
     mut events: UnboundedReceiver<Vec<PathBuf>>,
     mut hangup: Signal,
 ) {
+    // Files are read through the path as given (errors and `/rlconfig` show it as the user wrote
+    // it); the watches need it absolute. The working directory never changes.
+    let watched = std::path::absolute(&inner.path).unwrap_or_else(|_| inner.path.clone());
     let mut verify = tokio::time::interval(VERIFY_INTERVAL);
     verify.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick is immediate: a change between the first load and the first watch is
-    // picked up here.
+    verify.reset();
+    // A change between the first load and the first watch is picked up here.
+    watches.follow(&watched);
+    inner.reload_if_changed().await;
     loop {
         tokio::select! {
             Some(paths) = events.recv() => {
@@ -156,17 +159,17 @@ async fn run(
                     relevant |= watches.covers(&more);
                 }
                 if relevant {
-                    watches.follow(&inner.path);
+                    watches.follow(&watched);
                     inner.reload_if_changed().await;
                 }
             }
             Some(()) = hangup.recv() => {
                 tracing::info!(path = %inner.path.display(), "SIGHUP: reloading rules");
-                watches.follow(&inner.path);
+                watches.follow(&watched);
                 inner.reload().await;
             }
             _ = verify.tick() => {
-                watches.follow(&inner.path);
+                watches.follow(&watched);
                 if let Some(ReloadOutcome::Loaded { .. }) = inner.reload_if_changed().await {
                     tracing::warn!(
                         path = %inner.path.display(),
