@@ -187,7 +187,7 @@ fn a_directory_replaced_by_a_symlink_is_followed() {
 }
 
 /// Proves: a rule directory deleted (one failure, counted once however long it stays away) and
-/// created again is loaded, and edits after that are too.
+/// created again is loaded, and edits after that are too (the watch is on the new directory).
 #[test]
 fn a_directory_deleted_and_recreated_is_loaded_again() {
     let (_dir, root) = temp_root();
@@ -204,8 +204,11 @@ fn a_directory_deleted_and_recreated_is_loaded_again() {
     );
     assert!(serves(&server, 1), "the previous rules stay");
 
-    std::fs::create_dir(&rules_dir).expect("mkdir again");
-    std::fs::write(rules_dir.join("a.yaml"), rules(2)).expect("write");
+    // Created again whole, as a deploy does (an empty directory would be another failure).
+    let staged = root.join("rules.new");
+    std::fs::create_dir(&staged).expect("mkdir");
+    std::fs::write(staged.join("a.yaml"), rules(2)).expect("write");
+    std::fs::rename(&staged, &rules_dir).expect("rename into place");
     expect_serves(&server, 2, "the directory came back");
     std::fs::write(rules_dir.join("a.yaml"), rules(3)).expect("edit");
     expect_serves(&server, 3, "an edit in the recreated directory");
