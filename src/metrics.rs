@@ -507,6 +507,12 @@ mod tests {
         metrics.observe_request(Transport::Check, Duration::from_millis(1));
         metrics.observe_store(Duration::from_millis(1));
         metrics.config_reload(true);
+        let served = crate::config::Checksum::of(&[]);
+        metrics.set_config_status(&ConfigStatus {
+            served,
+            on_disk: None,
+            loaded_at: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        });
         let text = metrics.render();
         for name in [
             "slidegate_decisions_total{decision=\"denied\",domain=\"api\",rule=\"per_user\"} 1",
@@ -520,6 +526,10 @@ mod tests {
             "slidegate_failure_mode_total{mode=\"deny\"} 0",
             "slidegate_config_reloads_total{result=\"success\"} 1",
             "slidegate_rules_loaded 0",
+            "slidegate_config_loaded_timestamp_seconds 1800000000",
+            "slidegate_config_stale 1",
+            &format!("slidegate_config_checksum_info{{on_disk=\"\",served=\"{served}\"}} 1"),
+            "slidegate_rule_label_overflow_total 0",
             "slidegate_build_info{version=",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
