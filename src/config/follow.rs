@@ -69,6 +69,15 @@ impl Plan {
         })
     }
 
+    /// Forgets the identity of `dir` if it is watched: an event on the directory itself (deleted,
+    /// moved, replaced) may have ended its watch, and a directory created in its place can get
+    /// the same inode number, so only this makes the next [`plan`] differ and watch it again.
+    pub(super) fn forget(&mut self, dir: &Path) {
+        if let Some(watch) = self.dirs.get_mut(dir) {
+            watch.identity = None;
+        }
+    }
+
     fn add_name(&mut self, dir: &Path, name: &OsString) {
         if let Names::Only(names) = &mut self.dirs.entry(dir.to_owned()).or_default().names {
             names.insert(name.clone());

@@ -154,9 +154,9 @@ async fn run(
         tokio::select! {
             Some(paths) = events.recv() => {
                 // Several debounced batches may have queued up: one reload covers them.
-                let mut relevant = watches.covers(&paths);
+                let mut relevant = watches.notice(&paths);
                 while let Ok(more) = events.try_recv() {
-                    relevant |= watches.covers(&more);
+                    relevant |= watches.notice(&more);
                 }
                 if relevant {
                     watches.follow(&watched);
@@ -221,8 +221,15 @@ impl Watches {
         Ok((watches, changed))
     }
 
-    fn covers(&self, paths: &[PathBuf]) -> bool {
-        paths.iter().any(|p| self.plan.covers(p))
+    /// Whether any of `paths` can change what the rule path names or holds. A watched directory
+    /// among them is watched again at the next [`Watches::follow`] (see [`Plan::forget`]).
+    fn notice(&mut self, paths: &[PathBuf]) -> bool {
+        let mut relevant = false;
+        for path in paths {
+            relevant |= self.plan.covers(path);
+            self.plan.forget(path);
+        }
+        relevant
     }
 
     /// Resolves `path` again and moves the watches to what it names now. Called before the
