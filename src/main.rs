@@ -206,10 +206,6 @@ fn bench_main(args: slidegate::bench::BenchArgs) -> ExitCode {
 }
 
 fn serve_main(args: ServeArgs) -> ExitCode {
-    if let Err(error) = init_logging(&args) {
-        eprintln!("slidegate: {error:#}");
-        return ExitCode::FAILURE;
-    }
     // The main thread runs start-up, the acceptors, reloads, health checks and the Redis
     // connection; the calls themselves run on the workers (`slidegate::server`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -218,11 +214,29 @@ fn serve_main(args: ServeArgs) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            tracing::error!(%error, "cannot start the async runtime");
+            eprintln!("slidegate: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    // Before anything else: until a handler is installed, SIGHUP's default action kills the
+    // process, and deploy tools send it whenever they change the rules, start-up included. One
+    // that arrives while the rules load causes a reload once they are loaded.
+    let hangup = {
+        let _entered = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    };
+    let hangup = match hangup {
+        Ok(hangup) => hangup,
+        Err(error) => {
+            eprintln!("slidegate: cannot listen for SIGHUP: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(error) = init_logging(&args) {
+        eprintln!("slidegate: {error:#}");
+        return ExitCode::FAILURE;
+    }
+    match runtime.block_on(serve(args, hangup)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
@@ -248,7 +262,7 @@ fn init_logging(args: &ServeArgs) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::Result<()> {
     // redis-rs uses rustls without choosing a crypto provider; `rediss://` needs one installed.
     // An error means one is installed already, which is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -267,15 +281,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         path = %args.config.display(),
         "rules loaded"
     );
-    metrics.set_rules_loaded(rules.rule_count());
+    metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
     let reload_metrics = Arc::clone(&metrics);
-    let hook: ReloadHook = Arc::new(move |outcome: &ReloadOutcome| match outcome {
-        ReloadOutcome::Loaded { rules } => reload_metrics.config_reload(true, Some(*rules)),
-        ReloadOutcome::Failed(_) => reload_metrics.config_reload(false, None),
+    let reloaded = Arc::clone(&live);
+    let hook: ReloadHook = Arc::new(move |outcome, status| {
+        let loaded = matches!(outcome, ReloadOutcome::Loaded { .. });
+        reload_metrics.config_reload(loaded);
+        if loaded {
+            reload_metrics.set_rules(&reloaded.load());
+        }
+        reload_metrics.set_config_status(status);
     });
-    let _reloader = Reloader::spawn(args.config.clone(), Arc::clone(&live), hook)
+    let reloader = Reloader::spawn(args.config.clone(), Arc::clone(&live), hook, hangup)
         .with_context(|| format!("cannot watch {}", args.config.display()))?;
+    metrics.set_config_status(&reloader.status().load());
 
     let store = open_store(&args).await?;
     let options = Options {
@@ -327,6 +347,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 limiter: Arc::clone(&limiter),
                 health: Arc::clone(&health),
                 check_domain: args.check_domain.clone(),
+                config_status: reloader.status(),
             },
             args.max_body_bytes,
         ),

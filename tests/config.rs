@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use proptest::prelude::*;
-use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
+use slidegate::config::reload::{ConfigStatus, ReloadHook, ReloadOutcome, Reloader};
 use slidegate::config::{LiveRules, RuleSet, Unit, load_path, load_sources};
 
 fn fixtures() -> PathBuf {
@@ -490,7 +490,7 @@ struct Attempts(Arc<Mutex<Vec<ReloadOutcome>>>);
 impl Attempts {
     fn hook(&self) -> ReloadHook {
         let attempts = self.0.clone();
-        Arc::new(move |outcome: &ReloadOutcome| {
+        Arc::new(move |outcome: &ReloadOutcome, _: &ConfigStatus| {
             attempts.lock().expect("lock").push(outcome.clone());
         })
     }
@@ -522,6 +522,11 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// The SIGHUP stream a reloader listens to.
+fn hangup() -> tokio::signal::unix::Signal {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).expect("SIGHUP handler")
+}
+
 fn live_from(path: &Path) -> LiveRules {
     Arc::new(ArcSwap::from_pointee(
         load_path(path).expect("initial rules"),
@@ -536,8 +541,13 @@ async fn watched_directory_reloads_good_changes_and_keeps_rules_on_bad_ones() {
     std::fs::write(&a, domain_file("one", &["k1"])).expect("write");
     let live = live_from(dir.path());
     let attempts = Attempts::default();
-    let reloader = Reloader::spawn(dir.path().to_owned(), live.clone(), attempts.hook())
-        .expect("spawn reloader");
+    let reloader = Reloader::spawn(
+        dir.path().to_owned(),
+        live.clone(),
+        attempts.hook(),
+        hangup(),
+    )
+    .expect("spawn reloader");
 
     // A good change goes live.
     std::fs::write(&a, domain_file("one", &["k1", "k2"])).expect("write");
@@ -594,8 +604,8 @@ async fn watched_file_reloads_on_replace_by_rename_and_ignores_unrelated_files()
     std::fs::write(&file, domain_file("one", &["k1"])).expect("write");
     let live = live_from(&file);
     let attempts = Attempts::default();
-    let _reloader =
-        Reloader::spawn(file.clone(), live.clone(), attempts.hook()).expect("spawn reloader");
+    let _reloader = Reloader::spawn(file.clone(), live.clone(), attempts.hook(), hangup())
+        .expect("spawn reloader");
 
     // Unrelated files next to the rule file do not cause reload attempts.
     std::fs::write(dir.path().join("other.txt"), "hello").expect("write");
@@ -618,8 +628,13 @@ async fn sighup_forces_a_reload() {
     let live = live_from(dir.path());
     let before = live.load_full();
     let attempts = Attempts::default();
-    let _reloader = Reloader::spawn(dir.path().to_owned(), live.clone(), attempts.hook())
-        .expect("spawn reloader");
+    let _reloader = Reloader::spawn(
+        dir.path().to_owned(),
+        live.clone(),
+        attempts.hook(),
+        hangup(),
+    )
+    .expect("spawn reloader");
 
     // The files are unchanged, so only SIGHUP can cause this reload. The Reloader's handler is
     // installed, so the signal does not terminate the test process.
@@ -641,20 +656,24 @@ async fn reload_now_reports_the_outcome() {
     let _serial = RELOAD_TESTS.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("a.yaml"), domain_file("one", &["k1", "k2"])).expect("write");
-    let live: LiveRules = Arc::new(ArcSwap::from_pointee(RuleSet::default()));
+    let live = live_from(dir.path());
+    let before = live.load_full();
     let hooked = Arc::new(AtomicUsize::new(0));
     let counter = hooked.clone();
-    let hook: ReloadHook = Arc::new(move |_: &ReloadOutcome| {
+    let hook: ReloadHook = Arc::new(move |_: &ReloadOutcome, status: &ConfigStatus| {
+        assert!(!status.is_stale());
         counter.fetch_add(1, Ordering::SeqCst);
     });
-    let reloader = Reloader::spawn(dir.path().to_owned(), live.clone(), hook).expect("spawn");
+    let reloader =
+        Reloader::spawn(dir.path().to_owned(), live.clone(), hook, hangup()).expect("spawn");
     assert!(matches!(
         reloader.reload_now().await,
         ReloadOutcome::Loaded { rules: 2 }
     ));
-    assert_eq!(live.load().rule_count(), 2);
+    assert!(!Arc::ptr_eq(&before, &live.load_full()));
     assert_eq!(hooked.load(Ordering::SeqCst), 1);
     assert_eq!(reloader.path(), dir.path());
+    assert_eq!(reloader.status().load().served, live.load().checksum());
 }
 
 // ---- never panic ----

@@ -859,8 +859,11 @@ async fn rlconfig_lists_every_rule() {
     let r = server.get("/rlconfig").await;
     assert_eq!(r.status(), 200);
     let text = r.text().await.expect("body");
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(lines.len(), RULE_COUNT, "{text}");
+    // The header says the served files are the ones on disk.
+    assert!(text.starts_with("# loaded_at: "), "{text}");
+    assert!(text.contains("\n# stale: false\n"), "{text}");
     let line = |path: &str| {
         lines
             .iter()

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::checksum::Checksum;
 use super::validate::{Compiled, compile};
 use super::{ConfigError, ConfigErrors, RuleSet, model::FileModel};
 
@@ -57,7 +58,7 @@ pub fn load_sources(sources: &[(String, String)]) -> Result<RuleSet, ConfigError
         }
     }
     if errors.is_empty() {
-        Ok(RuleSet::new(domains, rules, sources.to_vec()))
+        Ok(RuleSet::new(domains, rules, Checksum::of(sources)))
     } else {
         Err(ConfigErrors(errors))
     }
@@ -140,9 +141,37 @@ fn is_rule_file(name: &str) -> bool {
     !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
 }
 
+/// The largest rule file read, in bytes. Rules take many times their text's size once built
+/// (50 MB of rules once needed 1.4 GB), and a file this large is far beyond any real rule set
+/// (10,000 rules are about 1 MiB): a bigger one is a mistake, refused before it is read.
+pub const MAX_RULE_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
 fn read_text(path: &Path) -> Result<String, ConfigErrors> {
-    std::fs::read_to_string(path)
-        .map_err(|e| one_error(&path.display().to_string(), format!("cannot read: {e}")))
+    use std::io::Read as _;
+    let error = |message: String| one_error(&path.display().to_string(), message);
+    let too_large = || {
+        error(format!(
+            "file is larger than {} MiB, the limit for one rule file",
+            MAX_RULE_FILE_BYTES / (1024 * 1024)
+        ))
+    };
+    let file = std::fs::File::open(path).map_err(|e| error(format!("cannot read: {e}")))?;
+    let size = file
+        .metadata()
+        .map_err(|e| error(format!("cannot read: {e}")))?
+        .len();
+    if size > MAX_RULE_FILE_BYTES {
+        return Err(too_large());
+    }
+    // The file may grow between the check and the read: never read more than the limit.
+    let mut text = String::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(MAX_RULE_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| error(format!("cannot read: {e}")))?;
+    if text.len() as u64 > MAX_RULE_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(text)
 }
 
 fn one_error(file: &str, message: impl Into<String>) -> ConfigErrors {

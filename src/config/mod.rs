@@ -30,15 +30,18 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod checksum;
 mod error;
+mod follow;
 mod load;
 mod model;
 pub mod reload;
 mod tree;
 mod validate;
 
+pub use checksum::Checksum;
 pub use error::{ConfigError, ConfigErrors};
-pub use load::{load_path, load_sources};
+pub use load::{MAX_RULE_FILE_BYTES, load_path, load_sources};
 pub use tree::{DomainRules, RuleMatch, RuleSet};
 
 /// The unit of a limit, as in envoyproxy/ratelimit. Month is 30 days, year 365 days.

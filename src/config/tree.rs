@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Rule;
+use super::checksum::Checksum;
 use crate::store::key::{CounterTag, TagTemplate};
 
 /// All domains' rules, immutable once built.
@@ -23,9 +24,9 @@ pub struct RuleSet {
     domains: HashMap<String, DomainRules>,
     /// Every rule, sorted by domain then path (for `/rlconfig` and `rule_count`).
     rules: Vec<Arc<Rule>>,
-    /// The (file name, text) pairs this set was built from, so a reload can tell whether the
-    /// files differ from what is live.
-    sources: Vec<(String, String)>,
+    /// The checksum of the files this set was built from, so a reload can tell whether the
+    /// files differ from what is live (their text is not kept).
+    checksum: Checksum,
 }
 
 /// The rules of one domain.
@@ -59,7 +60,7 @@ impl RuleSet {
     pub(super) fn new(
         mut domains: HashMap<String, DomainRules>,
         mut rules: Vec<Arc<Rule>>,
-        sources: Vec<(String, String)>,
+        checksum: Checksum,
     ) -> Self {
         // Here, not in `DomainRules::new`: the domain's name is known from this map.
         for (name, domain) in &mut domains {
@@ -69,13 +70,13 @@ impl RuleSet {
         RuleSet {
             domains,
             rules,
-            sources,
+            checksum,
         }
     }
 
-    /// Whether this set was built from exactly these files.
-    pub(super) fn built_from(&self, sources: &[(String, String)]) -> bool {
-        self.sources == sources
+    /// The checksum of the rule files this set was built from (see [`Checksum`]).
+    pub fn checksum(&self) -> Checksum {
+        self.checksum
     }
 
     /// The rules of a domain, if it is configured.

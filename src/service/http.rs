@@ -3,7 +3,8 @@
 //! - `POST /json`: [`super::json`] (envoyproxy/ratelimit-compatible JSON);
 //! - `/check` (any method): [`super::check`] (headers in, status code out; nginx, forward-auth);
 //! - `GET /healthcheck`: `200 OK` while serving, `503` otherwise (see [`super::health`]);
-//! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`);
+//! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`), after
+//!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
 //! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
 //!
 //! Request bodies over `--max-body-bytes` are refused with 413.
@@ -22,6 +23,7 @@ use axum::routing::{any, get, post};
 use super::check::{self, DenyStatus, OVER_HEADER};
 use super::health::Health;
 use super::json;
+use crate::config::reload::SharedStatus;
 use crate::limiter::{Code, LimitError, RateLimiter};
 use crate::metrics::Transport;
 
@@ -32,6 +34,8 @@ pub struct AppState {
     pub health: Arc<Health>,
     /// The domain of `/check` requests without `x-ratelimit-domain`.
     pub check_domain: Option<String>,
+    /// Whether the served rules are the files on disk, for `/rlconfig`.
+    pub config_status: SharedStatus,
 }
 
 /// All HTTP routes, with the body limit.
@@ -117,10 +121,25 @@ async fn healthcheck(State(state): State<AppState>) -> Response {
     }
 }
 
-/// One line per rule: `domain path: limits; name=..; replaces=..; flags; source=file`.
+/// `#` lines on the rules' freshness, then one line per rule:
+/// `domain path: limits; name=..; replaces=..; flags; source=file`.
 async fn rlconfig(State(state): State<AppState>) -> Response {
     let rules = state.limiter.rules().load();
+    let status = state.config_status.load();
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# loaded_at: {}",
+        humantime::format_rfc3339_seconds(status.loaded_at)
+    );
+    let _ = writeln!(out, "# served_checksum: {}", status.served);
+    let on_disk = status.on_disk.map(|c| c.to_string());
+    let _ = writeln!(
+        out,
+        "# on_disk_checksum: {}",
+        on_disk.as_deref().unwrap_or("(unreadable)")
+    );
+    let _ = writeln!(out, "# stale: {}", status.is_stale());
     for rule in rules.rules() {
         let limits = if rule.unlimited {
             "unlimited".to_string()
