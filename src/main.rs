@@ -109,17 +109,21 @@ struct ServeArgs {
     /// Domain of /check requests that send no `x-ratelimit-domain` header.
     #[arg(long, env = "SLIDEGATE_CHECK_DOMAIN")]
     check_domain: Option<String>,
-    /// Most descriptors one request may carry.
+    /// Most descriptors one request may carry; more is refused (INVALID_ARGUMENT / 400): only a
+    /// proxy's configuration decides how many it sends.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = RequestLimits::default().max_descriptors)]
     max_descriptors: usize,
-    /// Most entries one descriptor may carry.
+    /// Most entries one descriptor may carry; more is refused, as for --max-descriptors.
     #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
     max_entries: usize,
-    /// Longest domain, entry key or entry value, in bytes.
+    /// Longest domain or entry key, in bytes (longer is refused). A longer entry value, which a
+    /// client can choose, is not refused: it is counted under its SHA-256 digest.
     #[arg(long, env = "SLIDEGATE_MAX_VALUE_BYTES", default_value_t = RequestLimits::default().max_value_bytes)]
     max_value_bytes: usize,
-    /// Most hits one descriptor may add (`hits_addend`, `x-ratelimit-hits`); more is refused as
-    /// invalid. A sliding log stores every hit, so this bounds the work one request can cause.
+    /// Most hits one request may add, summed over its counters (`hits_addend`,
+    /// `x-ratelimit-hits`; a counter checked with 0 hits counts 1). A sliding log stores every
+    /// hit, so this bounds the store's work for one request (and for one Redis script call). A
+    /// limited descriptor past it is answered over limit, and the request records nothing.
     #[arg(long, env = "SLIDEGATE_MAX_HITS", default_value_t = RequestLimits::default().max_hits)]
     max_hits: u64,
     /// Largest HTTP request body, in bytes (larger: 413).
