@@ -378,6 +378,8 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
         deny_cache: args.redis_deny_cache,
         // One per worker thread, plus one for the main thread's health checks.
         connections: usize::from(args.workers) + 1,
+        // A script call batching several requests adds no more than one request may.
+        max_call_hits: args.max_hits,
     };
     let store = connect(&opts)
         .await
