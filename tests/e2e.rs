@@ -152,6 +152,37 @@ descriptors:
     drop(slidegate);
 }
 
+/// A client cannot turn a deny into an allow with a long header (issue 24): a value over
+/// `--max-value-bytes` is counted under its digest instead of failing the call (which Envoy, with
+/// `failure_mode_deny: false`, would let through uncounted). Through the real Envoy and
+/// examples/envoy.yaml: an over-limit request with a 5,000-byte `x-plan` is still a 429, and a
+/// 5,000-byte user id has a working limit of its own.
+#[test]
+fn envoy_keeps_denying_when_a_client_adds_a_long_header() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let dir = test_dir("envoy_long_header");
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
+    let envoy = Envoy::start(&envoy_bin, &dir, &[slidegate.grpc_port], upstream.port);
+
+    let long = "p".repeat(5000);
+    let get = |headers: &[(&str, &str)]| http_get(envoy.port, "/long", headers);
+    // per_user_path: 2 per 30 s.
+    for _ in 0..2 {
+        assert_eq!(get(&[("x-user-id", "alice")]).status, 200);
+    }
+    assert_eq!(get(&[("x-user-id", "alice")]).status, 429);
+    let r = get(&[("x-user-id", "alice"), ("x-plan", &long)]);
+    assert_eq!(r.status, 429, "a 5,000-byte header must not lift the deny: {r:?}");
+    // A long user id is limited like any other.
+    let user = "u".repeat(5000);
+    let statuses: Vec<u16> = (0..3).map(|_| get(&[("x-user-id", &user)]).status).collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    drop(slidegate);
+}
+
 /// Two replicas behind one Envoy cluster, sharing one Redis, enforce one limit exactly: with a
 /// limit of N, 3N concurrent requests spread over both replicas let exactly N through.
 #[test]
