@@ -48,7 +48,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
 
 async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
-    let response = match json::parse_request(&body) {
+    let response = match json::parse_request(&body, &state.limiter.options().limits) {
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
         Ok(request) => match state.limiter.should_rate_limit(&request.as_request()).await {
             Ok(decision) => {
