@@ -51,6 +51,10 @@ enum Command {
     CheckConfig {
         /// A rule file, or a directory of `*.yaml`/`*.yml` files.
         path: PathBuf,
+        /// The server's --max-entries: a rule deeper than this can never match (a request
+        /// reaching it would be refused), and is reported with a warning.
+        #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
+        max_entries: usize,
     },
     /// Loads any RateLimitService v3 server over gRPC and reports throughput, latency
     /// percentiles and allowed/denied/error counts (text and one JSON line).
@@ -160,17 +164,21 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::CheckConfig { path, max_entries }) => check_config(&path, max_entries),
         Some(Command::Serve(args)) => serve_main(args),
         Some(Command::Bench(args)) => bench_main(args),
         None => serve_main(cli.serve),
     }
 }
 
-/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and exit 0.
-fn check_config(path: &Path) -> ExitCode {
+/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and exit 0
+/// (with a warning on stderr for each rule no request can reach).
+fn check_config(path: &Path, max_entries: usize) -> ExitCode {
     match slidegate::config::load_path(path) {
         Ok(rules) => {
+            for warning in unreachable_rules(&rules, max_entries) {
+                eprintln!("warning: {warning}");
+            }
             println!(
                 "OK: {} rules in {} domains",
                 rules.rule_count(),
@@ -183,6 +191,23 @@ fn check_config(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// One message per rule deeper than `max_entries`: no request can reach it, since a descriptor
+/// with more entries is refused.
+fn unreachable_rules(rules: &slidegate::config::RuleSet, max_entries: usize) -> Vec<String> {
+    rules
+        .rules()
+        .into_iter()
+        .filter(|rule| rule.depth > max_entries)
+        .map(|rule| {
+            format!(
+                "{}: rule {} of domain {} is {} levels deep, but a request carries at most \
+                 {max_entries} entries per descriptor (--max-entries): it can never match",
+                rule.source, rule.path, rule.domain, rule.depth
+            )
+        })
+        .collect()
 }
 
 /// `slidegate bench`: the load generator builds its own runtimes, one per thread.
@@ -271,6 +296,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         path = %args.config.display(),
         "rules loaded"
     );
+    for warning in unreachable_rules(&rules, args.max_entries) {
+        tracing::warn!("{warning}");
+    }
     metrics.set_rules_loaded(rules.rule_count());
     let live = Arc::new(ArcSwap::from_pointee(rules));
     let reload_metrics = Arc::clone(&metrics);

@@ -1035,6 +1035,29 @@ fn check_config_reports_rules_or_errors() {
         stderr.contains("bad.yaml") && stderr.contains("fortnight"),
         "{stderr}"
     );
+
+    // A rule deeper than --max-entries can never match: a warning, and the file still loads.
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        "domain: deep\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n            rate_limit: { unit: second, requests_per_unit: 1 }\n",
+    )
+    .expect("write");
+    for (max_entries, warned) in [("2", true), ("3", false)] {
+        let out = slidegate_command()
+            .arg("check-config")
+            .arg(&deep)
+            .args(["--max-entries", max_entries])
+            .output()
+            .expect("run");
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.contains("warning:") && stderr.contains("a.b.c") && stderr.contains("3 levels deep"),
+            warned,
+            "--max-entries {max_entries}: {stderr}"
+        );
+    }
 }
 
 #[test]
