@@ -347,7 +347,9 @@ impl RateLimiter {
             .collect();
         // A request that an over-budget descriptor denies must record nothing, as any denied
         // request: its other counters are only checked.
-        let denied = plans.iter().any(|p| matches!(p, Plan::OverBudget(l) if !l.shadow));
+        let denied = plans
+            .iter()
+            .any(|p| matches!(p, Plan::OverBudget(l) if !l.shadow));
         if denied && !self.options.shadow_mode {
             counters.iter_mut().for_each(|c| c.hits = 0);
         }
@@ -372,8 +374,13 @@ impl RateLimiter {
             return Plan::OverBudget(limited);
         }
         *budget -= cost;
-        limited.counters =
-            self.push_counters(counters, tag(), &limited.limits, limited.hits, limited.shadow);
+        limited.counters = self.push_counters(
+            counters,
+            tag(),
+            &limited.limits,
+            limited.hits,
+            limited.shadow,
+        );
         Plan::Limited(limited)
     }
 
@@ -399,7 +406,10 @@ impl RateLimiter {
         let values: Scratch<Cow<'_, str>> =
             entries.iter().map(|(_, v)| counted_value(v, max)).collect();
         let counted = entries.iter().zip(&values);
-        CounterTag::new(domain, counted.map(|(&(key, _), value)| (key, value.as_ref())))
+        CounterTag::new(
+            domain,
+            counted.map(|(&(key, _), value)| (key, value.as_ref())),
+        )
     }
 
     /// One store call for all counters (none when there are no counters), timed.
@@ -540,7 +550,12 @@ impl RateLimiter {
     /// The status (and metrics) of a limited descriptor that the store did not decide (a store
     /// failure, or hits over the budget): over limit when `over`, with the first limit, nothing
     /// remaining and no reset.
-    fn status_undecided(&self, domain: &str, limited: &Limited<'_>, over: bool) -> DescriptorStatus {
+    fn status_undecided(
+        &self,
+        domain: &str,
+        limited: &Limited<'_>,
+        over: bool,
+    ) -> DescriptorStatus {
         DescriptorStatus {
             code: self.record(domain, limited, over, false),
             current_limit: limited
@@ -1234,7 +1249,10 @@ descriptors:
         assert_ne!(spoofed[0].key, counters[0].key);
         // Values within the bound keep their text, as before.
         let short = request(vec![desc(&[("user", "alice")])]);
-        assert_eq!(f.limiter.plan(&short, domain).1[0].key.as_str(), "{api:user=alice}60000");
+        assert_eq!(
+            f.limiter.plan(&short, domain).1[0].key.as_str(),
+            "{api:user=alice}60000"
+        );
     }
 
     #[tokio::test]

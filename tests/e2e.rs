@@ -175,10 +175,15 @@ fn envoy_keeps_denying_when_a_client_adds_a_long_header() {
     }
     assert_eq!(get(&[("x-user-id", "alice")]).status, 429);
     let r = get(&[("x-user-id", "alice"), ("x-plan", &long)]);
-    assert_eq!(r.status, 429, "a 5,000-byte header must not lift the deny: {r:?}");
+    assert_eq!(
+        r.status, 429,
+        "a 5,000-byte header must not lift the deny: {r:?}"
+    );
     // A long user id is limited like any other.
     let user = "u".repeat(5000);
-    let statuses: Vec<u16> = (0..3).map(|_| get(&[("x-user-id", &user)]).status).collect();
+    let statuses: Vec<u16> = (0..3)
+        .map(|_| get(&[("x-user-id", &user)]).status)
+        .collect();
     assert_eq!(statuses, [200, 200, 429]);
     drop(slidegate);
 }
@@ -379,7 +384,10 @@ fn nginx_spellings_of_one_path_share_one_counter() {
     // Characters the check's header cannot carry are cut, and the rest still counted: all
     // `/cart,...` share one counter (never a fresh one per request).
     assert_eq!([get("/cart,1"), get("/cart%2C2")], [200, 200]);
-    assert_eq!([get("/cart,3"), get("/cart=4"), get("/cart&5")], [429, 429, 429]);
+    assert_eq!(
+        [get("/cart,3"), get("/cart=4"), get("/cart&5")],
+        [429, 429, 429]
+    );
     drop(slidegate);
 }
 

@@ -458,7 +458,11 @@ async fn grpc_invalid_arguments() {
     assert_eq!(r.overall_code(), Code::Ok);
     // A value over --max-value-bytes, which a client can choose, is decided (counted under its
     // digest), not refused.
-    let r = call(&mut client, request("test", vec![descriptor(&[("user", &long)])])).await;
+    let r = call(
+        &mut client,
+        request("test", vec![descriptor(&[("user", &long)])]),
+    )
+    .await;
     assert_eq!(r.overall_code(), Code::Ok);
 }
 
@@ -1053,7 +1057,9 @@ fn check_config_reports_rules_or_errors() {
         assert!(out.status.success());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
-            stderr.contains("warning:") && stderr.contains("a.b.c") && stderr.contains("3 levels deep"),
+            stderr.contains("warning:")
+                && stderr.contains("a.b.c")
+                && stderr.contains("3 levels deep"),
             warned,
             "--max-entries {max_entries}: {stderr}"
         );

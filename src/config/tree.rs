@@ -179,7 +179,10 @@ impl RuleMatch<'_> {
 
     /// [`RuleMatch::counter_tag`] with `values` in place of the counter values (one per entry,
     /// in order): the limiter counts a long value under its digest.
-    pub fn counter_tag_with<'v>(&self, values: impl Iterator<Item = &'v str> + Clone) -> CounterTag {
+    pub fn counter_tag_with<'v>(
+        &self,
+        values: impl Iterator<Item = &'v str> + Clone,
+    ) -> CounterTag {
         self.tag_template.tag(values)
     }
 }

@@ -228,15 +228,27 @@ mod tests {
     #[test]
     fn takes_utf8_and_marks_other_bytes() {
         let mut h = headers(&[(DOMAIN_HEADER, "edge")]);
-        for raw in [&b"user_id=jos\xc3\xa9"[..], b"path=/caf%C3%A9", b"path=/x%FF", b"path=/y\xff"] {
+        for raw in [
+            &b"user_id=jos\xc3\xa9"[..],
+            b"path=/caf%C3%A9",
+            b"path=/x%FF",
+            b"path=/y\xff",
+        ] {
             match HeaderValue::from_bytes(raw) {
                 Ok(v) => h.append(DESCRIPTOR_HEADER, v),
                 Err(e) => panic!("{e}"),
             };
         }
         let r = parse(&h, None).unwrap_or_else(|e| panic!("{e}")).request;
-        let values: Vec<&str> = r.descriptors.iter().map(|d| d.entries[0].1.as_str()).collect();
-        assert_eq!(values, ["jos\u{e9}", "/caf\u{e9}", "/x\u{fffd}", "/y\u{fffd}"]);
+        let values: Vec<&str> = r
+            .descriptors
+            .iter()
+            .map(|d| d.entries[0].1.as_str())
+            .collect();
+        assert_eq!(
+            values,
+            ["jos\u{e9}", "/caf\u{e9}", "/x\u{fffd}", "/y\u{fffd}"]
+        );
     }
 
     #[test]

@@ -124,8 +124,9 @@ impl Message for RequestBytes {
 
 /// Decodes a `RateLimitRequest` once [`check_counts`] has found it within the limits.
 pub fn decode(bytes: &[u8], limits: &RequestLimits) -> Result<RateLimitRequest, LimitError> {
-    let undecodable =
-        |error: &dyn std::fmt::Display| LimitError::InvalidArgument(format!("cannot decode the request: {error}"));
+    let undecodable = |error: &dyn std::fmt::Display| {
+        LimitError::InvalidArgument(format!("cannot decode the request: {error}"))
+    };
     check_counts(bytes, limits).map_err(|error| match error {
         Counted::Over(error) => error,
         Counted::Undecodable(error) => undecodable(&error),
@@ -311,7 +312,10 @@ mod tests {
         let many = message(decode(&encoded(4, 1), &limits()));
         assert!(many.contains("too many descriptors: 4"), "{many}");
         let deep = message(decode(&encoded(1, 3), &limits()));
-        assert!(deep.contains("descriptors[0] has too many entries: 3"), "{deep}");
+        assert!(
+            deep.contains("descriptors[0] has too many entries: 3"),
+            "{deep}"
+        );
         // 4 MiB of empty descriptors (`12 00`): refused at the fourth, nothing built.
         let bomb = [0x12, 0x00].repeat(2 << 20);
         let refused = message(decode(&bomb, &limits()));

@@ -65,11 +65,7 @@ pub fn parse_request(body: &[u8], limits: &RequestLimits) -> Result<OwnedRequest
     Ok(request)
 }
 
-fn descriptor(
-    value: &Value,
-    i: usize,
-    limits: &RequestLimits,
-) -> Result<OwnedDescriptor, String> {
+fn descriptor(value: &Value, i: usize, limits: &RequestLimits) -> Result<OwnedDescriptor, String> {
     let path = format!("descriptors[{i}]");
     let mut descriptor = OwnedDescriptor::default();
     for (field, value) in fields(value, &path)? {
