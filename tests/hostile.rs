@@ -963,6 +963,35 @@ async fn half_sent_calls_are_bounded_per_connection() {
     drop(half_sent);
 }
 
+/// 4 MiB of empty descriptors (`12 00`, two bytes each) would take hundreds of MiB decoded in
+/// full: descriptors are counted on the wire instead, and the message is refused at the 65th
+/// (`--max-descriptors`) before anything is built. Four such calls at once leave the server's
+/// memory within 64 MiB of where it was, and it keeps answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_of_empty_descriptors_is_refused_before_it_is_built() {
+    let rules = Rules::new();
+    let server = Slidegate::start(rules.path(), &[]);
+    let mut client = server.client().await;
+    call(&mut client, request(vec![descriptor(&[("plain", "warm")])])).await;
+    let rss_before = server.rss_kib();
+    let mut message = request(vec![]).encode_to_vec();
+    message.extend([0x12, 0x00].repeat(((4 << 20) - 64) / 2));
+    let calls = (0..4).map(|_| raw_should_rate_limit(server.grpc_port, &[], grpc_frame(&message)));
+    for answer in futures::future::join_all(calls).await {
+        assert_eq!(answer.status.as_deref(), Some("3"), "{answer:?}");
+        let text = answer.message.unwrap_or_default();
+        assert!(text.contains("too many descriptors"), "{text}");
+    }
+    let grown = server.rss_kib().saturating_sub(rss_before);
+    assert!(grown < 64 * 1024, "RSS grew by {grown} KiB");
+    let r = call(
+        &mut client,
+        request(vec![descriptor(&[("plain", "after")])]),
+    )
+    .await;
+    assert_eq!(r.overall_code(), Code::Ok);
+}
+
 /// A sliding log stores every hit (one sorted-set member each in Redis), so `hits_addend` is the
 /// one request field that multiplies work. Against a real Redis: 10^7 hits on a client-chosen
 /// limit of 2^32 - 1 per year are denied before Redis sees them; the largest allowed
@@ -998,6 +1027,18 @@ async fn hits_are_bounded_before_they_reach_redis() {
         let r = call(&mut client, with_hits(hits, limit)).await;
         assert_eq!(r.overall_code(), Code::OverLimit, "{hits} hits");
     }
+    // The budget is the request's, not each descriptor's: 64 client-chosen limits of 4096 hits
+    // each (262,144 members, 0.3 s of Redis) are denied as a whole and record nothing.
+    let bomb: Vec<RateLimitDescriptor> = (0..64)
+        .map(|i| {
+            let mut d = descriptor(&[("anything", &format!("bomb{i}"))]);
+            d.hits_addend = Some(UInt64Value { value: 4096 });
+            d.limit = Some(forever);
+            d
+        })
+        .collect();
+    let r = call(&mut client, request(bomb)).await;
+    assert_eq!(r.overall_code(), Code::OverLimit);
     assert_eq!(redis.cli(&["DBSIZE"]), "0");
     let started = Instant::now();
     let r = call(&mut client, with_hits(4096, None)).await;
