@@ -3,15 +3,18 @@
 //! The limiter is transport-neutral: gRPC `ShouldRateLimit`, `POST /json` and `/check` all build a
 //! [`Request`] and call [`RateLimiter::should_rate_limit`]. One call:
 //!
-//! 1. validates the request ([`RequestLimits`]; violations are [`LimitError::InvalidArgument`]);
+//! 1. validates the request against what only a proxy's configuration decides ([`RequestLimits`];
+//!    violations are [`LimitError::InvalidArgument`]); what a client can choose is decided instead:
+//!    a long value is counted under its digest, hits past the request's budget are a deny;
 //! 2. loads the live rules once (one `ArcSwap` load, so a reload mid-request cannot mix rule sets);
 //! 3. matches each descriptor to at most one rule; a descriptor `limit` override (Envoy's
 //!    `RateLimitOverride`) replaces the rule lookup whenever the domain is configured, as in
 //!    envoyproxy/ratelimit (the override is never shadow, has no name and no `replaces`);
 //! 4. applies `replaces`: a matched rule whose `name` is in another matched rule's `replaces` is
 //!    skipped (status OK without a limit; its counters are untouched);
-//! 5. builds one [`Counter`] per limit of every remaining rule and asks the store **once**, so all
-//!    counters of the request are decided all-or-nothing;
+//! 5. builds one [`Counter`] per limit of every remaining rule, within the request's hit budget
+//!    (a descriptor past it is over limit, and then no counter of the request records hits), and
+//!    asks the store **once**, so all counters of the request are decided all-or-nothing;
 //! 6. reports each descriptor's most restrictive counter (an over-limit one first, the one that
 //!    frees up last; else the one with the fewest hits remaining).
 //!

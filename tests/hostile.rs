@@ -598,7 +598,7 @@ fn check_parser_survives_arbitrary_headers() {
             if let Some(d) = deny {
                 put(check::DENY_STATUS_HEADER, d);
             }
-            match check::parse(&headers, default.as_deref()) {
+            match check::parse(&headers, default.as_deref(), &RequestLimits::default()) {
                 Ok(parsed) => decide(&limiter, &parsed.request),
                 Err(message) => assert!(!message.is_empty()),
             }
@@ -630,7 +630,8 @@ fn check_percent_encoding_round_trips() {
                 check::DESCRIPTOR_HEADER,
                 HeaderValue::from_str(&header).expect("encoded header"),
             );
-            let parsed = check::parse(&headers, Some("d")).expect("parses");
+            let parsed =
+                check::parse(&headers, Some("d"), &RequestLimits::default()).expect("parses");
             prop_assert_eq!(&parsed.request.descriptors[0].entries, &entries);
             Ok(())
         })

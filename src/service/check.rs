@@ -66,6 +66,7 @@ use axum::http::HeaderMap;
 use percent_encoding::percent_decode_str;
 
 use super::{OwnedDescriptor, OwnedRequest};
+use crate::limiter::RequestLimits;
 
 pub const DOMAIN_HEADER: &str = "x-ratelimit-domain";
 pub const DESCRIPTOR_HEADER: &str = "x-ratelimit-descriptor";
@@ -90,8 +91,13 @@ pub struct CheckRequest {
     pub deny_status: DenyStatus,
 }
 
-/// Decodes the headers; the error is a message for the client (400).
-pub fn parse(headers: &HeaderMap, default_domain: Option<&str>) -> Result<CheckRequest, String> {
+/// Decodes the headers within `limits` (descriptors and entries are counted before they are
+/// decoded); the error is a message for the client (400).
+pub fn parse(
+    headers: &HeaderMap,
+    default_domain: Option<&str>,
+    limits: &RequestLimits,
+) -> Result<CheckRequest, String> {
     let domain = match headers.get(DOMAIN_HEADER) {
         Some(value) => text(value).trim().to_string(),
         None => default_domain
@@ -100,8 +106,15 @@ pub fn parse(headers: &HeaderMap, default_domain: Option<&str>) -> Result<CheckR
             })?
             .to_string(),
     };
+    let values = headers.get_all(DESCRIPTOR_HEADER);
+    limits
+        .check_descriptors(values.iter().count())
+        .map_err(|e| e.to_string())?;
     let mut descriptors = Vec::new();
-    for (i, value) in headers.get_all(DESCRIPTOR_HEADER).iter().enumerate() {
+    for (i, value) in values.iter().enumerate() {
+        let entries = value.as_bytes().split(|b| matches!(b, b',' | b'&'));
+        let pieces = entries.filter(|p| !p.trim_ascii().is_empty()).count();
+        limits.check_entries(i, pieces).map_err(|e| e.to_string())?;
         let value = text(value);
         descriptors
             .push(descriptor(&value).map_err(|e| format!("{DESCRIPTOR_HEADER} #{}: {e}", i + 1))?);
@@ -195,6 +208,29 @@ mod tests {
         map
     }
 
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            max_descriptors: 4,
+            max_entries: 3,
+            ..RequestLimits::default()
+        }
+    }
+
+    #[test]
+    fn counts_before_decoding() {
+        let descriptor = (DESCRIPTOR_HEADER, "k=v");
+        let h = headers(&[
+            (DOMAIN_HEADER, "d"),
+            descriptor,
+            descriptor,
+            descriptor,
+            descriptor,
+            descriptor,
+        ]);
+        let refused = parse(&h, None, &limits()).map(|c| c.request);
+        assert!(refused.is_err_and(|e| e.contains("too many descriptors: 5")));
+    }
+
     #[test]
     fn decodes_descriptors_in_order() {
         let h = headers(&[
@@ -204,7 +240,7 @@ mod tests {
             (HITS_HEADER, "0"),
             (DENY_STATUS_HEADER, "403"),
         ]);
-        let parsed = parse(&h, None).unwrap_or_else(|e| panic!("{e}"));
+        let parsed = parse(&h, None, &limits()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(parsed.deny_status, DenyStatus::Forbidden);
         let r = parsed.request;
         assert_eq!(r.domain, "edge");
@@ -239,7 +275,9 @@ mod tests {
                 Err(e) => panic!("{e}"),
             };
         }
-        let r = parse(&h, None).unwrap_or_else(|e| panic!("{e}")).request;
+        let r = parse(&h, None, &limits())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .request;
         let values: Vec<&str> = r
             .descriptors
             .iter()
@@ -255,19 +293,20 @@ mod tests {
     fn default_domain_and_errors() {
         let h = headers(&[(DESCRIPTOR_HEADER, "k=v")]);
         assert_eq!(
-            parse(&h, Some("dflt")).map(|c| c.request.domain),
+            parse(&h, Some("dflt"), &limits()).map(|c| c.request.domain),
             Ok("dflt".into())
         );
-        assert!(parse(&h, None).is_err_and(|e| e.contains("no domain")));
+        assert!(parse(&h, None, &limits()).is_err_and(|e| e.contains("no domain")));
         for (name, value, expected) in [
             (DESCRIPTOR_HEADER, "k=%zz", "invalid percent-encoding"),
             (DESCRIPTOR_HEADER, "k=%4", "invalid percent-encoding"),
             (DESCRIPTOR_HEADER, "novalue", "not key=value"),
             (HITS_HEADER, "-1", "non-negative integer"),
             (DENY_STATUS_HEADER, "500", "must be 429 or 403"),
+            (DESCRIPTOR_HEADER, "a=1,b=2,c=3&d=4", "too many entries: 4"),
         ] {
             let h = headers(&[(DOMAIN_HEADER, "d"), (name, value)]);
-            match parse(&h, None) {
+            match parse(&h, None, &limits()) {
                 Err(message) => {
                     assert!(message.contains(expected), "{message:?} lacks {expected:?}")
                 }

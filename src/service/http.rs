@@ -72,7 +72,8 @@ async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
 
 async fn check_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let started = Instant::now();
-    let response = match check::parse(&headers, state.check_domain.as_deref()) {
+    let limits = &state.limiter.options().limits;
+    let response = match check::parse(&headers, state.check_domain.as_deref(), limits) {
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
         Ok(check) => match state
             .limiter
