@@ -334,9 +334,10 @@ impl RateLimiter {
                     },
                     (None, Some(m)) if is_replaced(&m) => Plan::Replaced,
                     (None, Some(m)) if m.rule.limits.is_empty() => Plan::NoRule,
-                    (None, Some(m)) => {
+                    (None, Some(mut m)) => {
                         let limited = Limited {
-                            label: m.stats_name.clone(),
+                            // Moved out: the tag below needs only the match's entries.
+                            label: std::mem::take(&mut m.stats_name),
                             name: m.rule.name.as_deref(),
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
