@@ -689,8 +689,9 @@ fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
 
 /// gRPC abuse: thousands of descriptors, thousands of entries, megabyte values and domains, empty
 /// keys, a message over tonic's 4 MiB decoding limit, huge `hits_addend` on a limit the client
-/// chooses. Each is refused with INVALID_ARGUMENT (or, for the oversized message, tonic's
-/// OUT_OF_RANGE) in well under a second; slidegate's memory stays bounded; it keeps serving.
+/// chooses. What only a proxy's configuration decides is refused with INVALID_ARGUMENT (or, for
+/// the oversized message, OUT_OF_RANGE); what a client can choose (a megabyte value, huge hits) is
+/// decided. Each in well under a second; slidegate's memory stays bounded; it keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abusive_grpc_requests_are_refused_quickly() {
     let rules = Rules::new();
