@@ -51,6 +51,10 @@ enum Command {
     CheckConfig {
         /// A rule file, or a directory of `*.yaml`/`*.yml` files.
         path: PathBuf,
+        /// The server's --max-entries: a rule deeper than this can never match (a request
+        /// reaching it would be refused), and is reported with a warning.
+        #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
+        max_entries: usize,
     },
     /// Loads any RateLimitService v3 server over gRPC and reports throughput, latency
     /// percentiles and allowed/denied/error counts (text and one JSON line).
@@ -109,17 +113,21 @@ struct ServeArgs {
     /// Domain of /check requests that send no `x-ratelimit-domain` header.
     #[arg(long, env = "SLIDEGATE_CHECK_DOMAIN")]
     check_domain: Option<String>,
-    /// Most descriptors one request may carry.
+    /// Most descriptors one request may carry; more is refused (INVALID_ARGUMENT / 400): only a
+    /// proxy's configuration decides how many it sends.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = RequestLimits::default().max_descriptors)]
     max_descriptors: usize,
-    /// Most entries one descriptor may carry.
+    /// Most entries one descriptor may carry; more is refused, as for --max-descriptors.
     #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
     max_entries: usize,
-    /// Longest domain, entry key or entry value, in bytes.
+    /// Longest domain or entry key, in bytes (longer is refused). A longer entry value, which a
+    /// client can choose, is not refused: it is counted under its SHA-256 digest.
     #[arg(long, env = "SLIDEGATE_MAX_VALUE_BYTES", default_value_t = RequestLimits::default().max_value_bytes)]
     max_value_bytes: usize,
-    /// Most hits one descriptor may add (`hits_addend`, `x-ratelimit-hits`); more is refused as
-    /// invalid. A sliding log stores every hit, so this bounds the work one request can cause.
+    /// Most hits one request may add, summed over its counters (`hits_addend`,
+    /// `x-ratelimit-hits`; a counter checked with 0 hits counts 1). A sliding log stores every
+    /// hit, so this bounds the store's work for one request (and for one Redis script call). A
+    /// limited descriptor past it is answered over limit, and the request records nothing.
     #[arg(long, env = "SLIDEGATE_MAX_HITS", default_value_t = RequestLimits::default().max_hits)]
     max_hits: u64,
     /// Largest HTTP request body, in bytes (larger: 413).
@@ -156,17 +164,21 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::CheckConfig { path, max_entries }) => check_config(&path, max_entries),
         Some(Command::Serve(args)) => serve_main(args),
         Some(Command::Bench(args)) => bench_main(args),
         None => serve_main(cli.serve),
     }
 }
 
-/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and exit 0.
-fn check_config(path: &Path) -> ExitCode {
+/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and exit 0
+/// (with a warning on stderr for each rule no request can reach).
+fn check_config(path: &Path, max_entries: usize) -> ExitCode {
     match slidegate::config::load_path(path) {
         Ok(rules) => {
+            for warning in unreachable_rules(&rules, max_entries) {
+                eprintln!("warning: {warning}");
+            }
             println!(
                 "OK: {} rules in {} domains",
                 rules.rule_count(),
@@ -179,6 +191,23 @@ fn check_config(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// One message per rule deeper than `max_entries`: no request can reach it, since a descriptor
+/// with more entries is refused.
+fn unreachable_rules(rules: &slidegate::config::RuleSet, max_entries: usize) -> Vec<String> {
+    rules
+        .rules()
+        .into_iter()
+        .filter(|rule| rule.depth > max_entries)
+        .map(|rule| {
+            format!(
+                "{}: rule {} of domain {} is {} levels deep, but a request carries at most \
+                 {max_entries} entries per descriptor (--max-entries): it can never match",
+                rule.source, rule.path, rule.domain, rule.depth
+            )
+        })
+        .collect()
 }
 
 /// `slidegate bench`: the load generator builds its own runtimes, one per thread.
@@ -281,6 +310,9 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         path = %args.config.display(),
         "rules loaded"
     );
+    for warning in unreachable_rules(&rules, args.max_entries) {
+        tracing::warn!("{warning}");
+    }
     metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
     let reload_metrics = Arc::clone(&metrics);
@@ -395,6 +427,8 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
         deny_cache: args.redis_deny_cache,
         // One per worker thread, plus one for the main thread's health checks.
         connections: usize::from(args.workers) + 1,
+        // A script call batching several requests adds no more than one request may.
+        max_call_hits: args.max_hits,
     };
     let store = connect(&opts)
         .await

@@ -141,6 +141,9 @@ pub struct Rule {
     pub replaces: Vec<String>,
     /// Where the rule was defined (file path), for `/rlconfig` and errors.
     pub source: Arc<str>,
+    /// Levels from the root to the rule's node: the entries a descriptor needs to reach it
+    /// (`check-config` warns about rules deeper than `--max-entries`).
+    pub depth: usize,
 }
 
 impl Rule {

@@ -177,6 +177,15 @@ impl RuleMatch<'_> {
         self.tag_template
             .tag(self.counter_entries.iter().map(|&(_, value)| value))
     }
+
+    /// [`RuleMatch::counter_tag`] with `values` in place of the counter values (one per entry,
+    /// in order): the limiter counts a long value under its digest.
+    pub fn counter_tag_with<'v>(
+        &self,
+        values: impl Iterator<Item = &'v str> + Clone,
+    ) -> CounterTag {
+        self.tag_template.tag(values)
+    }
 }
 
 /// `key_value` for every entry (`key` alone for an empty value), joined with `.`.

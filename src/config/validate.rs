@@ -279,6 +279,7 @@ impl Compiler {
             value_to_metric: flags.value_to_metric,
             replaces: status.replaces,
             source: self.file.clone(),
+            depth: loc.matches("descriptors[").count(),
         });
         let at = status.replaces_at.unwrap_or(base);
         self.rules.push((at, rule.clone()));

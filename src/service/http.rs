@@ -52,7 +52,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
 
 async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
-    let response = match json::parse_request(&body) {
+    let response = match json::parse_request(&body, &state.limiter.options().limits) {
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
         Ok(request) => match state.limiter.should_rate_limit(&request.as_request()).await {
             Ok(decision) => {
@@ -76,7 +76,8 @@ async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
 
 async fn check_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let started = Instant::now();
-    let response = match check::parse(&headers, state.check_domain.as_deref()) {
+    let limits = &state.limiter.options().limits;
+    let response = match check::parse(&headers, state.check_domain.as_deref(), limits) {
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
         Ok(check) => match state
             .limiter
