@@ -51,7 +51,10 @@ fn readme_nginx_snippet_passes_nginx_t() {
         .iter()
         .filter(|s| s.marker == Marker::NginxTest)
         .collect();
-    assert!(!blocks.is_empty(), "README.md has no `<!-- test: nginx -t -->` block");
+    assert!(
+        !blocks.is_empty(),
+        "README.md has no `<!-- test: nginx -t -->` block"
+    );
     for block in blocks {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("slidegate.conf"), &block.text).expect("write snippet");
@@ -88,7 +91,10 @@ fn run_shell_snippets(file: &str) {
         .iter()
         .filter(|s| matches!(s.marker, Marker::Run | Marker::RunNoServer))
         .collect();
-    assert!(!runnable.is_empty(), "{file} has no `<!-- test: run -->` block");
+    assert!(
+        !runnable.is_empty(),
+        "{file} has no `<!-- test: run -->` block"
+    );
     for snippet in runnable {
         run_snippet(snippet);
     }
@@ -97,17 +103,21 @@ fn run_shell_snippets(file: &str) {
 /// Runs one `sh` block as described in the module doc; panics with everything needed to see why.
 fn run_snippet(snippet: &Snippet) {
     let envoy = repo_file(".venv/bin/envoy");
-    if snippet.text.contains(".venv/bin/envoy") && require_program(&envoy.to_string_lossy()).is_none() {
+    if snippet.text.contains(".venv/bin/envoy")
+        && require_program(&envoy.to_string_lossy()).is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     copy_config(&repo_file("config"), &dir.path().join("config"));
     for shared in ["examples", ".venv"] {
         if repo_file(shared).exists() {
-            std::os::unix::fs::symlink(repo_file(shared), dir.path().join(shared)).expect("symlink");
+            std::os::unix::fs::symlink(repo_file(shared), dir.path().join(shared))
+                .expect("symlink");
         }
     }
-    let server = (snippet.marker == Marker::Run).then(|| Slidegate::start(&dir.path().join("config"), &[]));
+    let server =
+        (snippet.marker == Marker::Run).then(|| Slidegate::start(&dir.path().join("config"), &[]));
     let (grpc, http) = match &server {
         Some(server) => (server.grpc_port, server.http_port),
         None => (free_port(), free_port()),
@@ -163,9 +173,15 @@ fn run_snippet(snippet: &Snippet) {
         "--- the block (as run)\n{script}\n--- stdout\n{out}\n--- stderr\n{err}\n--- slidegate's log\n{log}"
     );
     match status {
-        None => panic!("{}:{}: still running after {BLOCK_TIMEOUT:?}\n{report}", snippet.file, snippet.line),
+        None => panic!(
+            "{}:{}: still running after {BLOCK_TIMEOUT:?}\n{report}",
+            snippet.file, snippet.line
+        ),
         Some(status) if !status.success() => {
-            panic!("{}:{}: exited with {status}\n{report}", snippet.file, snippet.line)
+            panic!(
+                "{}:{}: exited with {status}\n{report}",
+                snippet.file, snippet.line
+            )
         }
         Some(_) => {}
     }
@@ -190,7 +206,11 @@ enum Marker {
 
 impl Marker {
     fn parse(line: &str) -> Option<Result<Marker, String>> {
-        let inner = line.trim().strip_prefix("<!-- test:")?.strip_suffix("-->")?.trim();
+        let inner = line
+            .trim()
+            .strip_prefix("<!-- test:")?
+            .strip_suffix("-->")?
+            .trim();
         Some(match inner {
             "run" => Ok(Marker::Run),
             "run, no server" => Ok(Marker::RunNoServer),
@@ -256,11 +276,24 @@ fn marked(markdown: &str, file: &str) -> Vec<Snippet> {
         if marker == Marker::Output {
             let previous = snippets
                 .last_mut()
-                .filter(|s| matches!(s.marker, Marker::Run | Marker::RunNoServer) && s.output.is_none())
-                .unwrap_or_else(|| panic!("{file}:{}: an output block must follow a tested sh block", i + 1));
+                .filter(|s| {
+                    matches!(s.marker, Marker::Run | Marker::RunNoServer) && s.output.is_none()
+                })
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{file}:{}: an output block must follow a tested sh block",
+                        i + 1
+                    )
+                });
             previous.output = Some(text);
         } else {
-            snippets.push(Snippet { file: file.to_string(), line: i + 2, marker, text, output: None });
+            snippets.push(Snippet {
+                file: file.to_string(),
+                line: i + 2,
+                marker,
+                text,
+                output: None,
+            });
         }
         i = end + 1;
     }
@@ -276,7 +309,10 @@ fn markers_are_found_and_misplaced_ones_refused() {
     assert_eq!((snippets[0].marker, snippets[0].line), (Marker::Run, 3));
     assert_eq!(snippets[0].text, "curl x\n");
     assert_eq!(snippets[0].output.as_deref(), Some("200\n"));
-    assert_eq!((snippets[1].marker, snippets[1].text.as_str()), (Marker::RunNoServer, "echo a\n"));
+    assert_eq!(
+        (snippets[1].marker, snippets[1].text.as_str()),
+        (Marker::RunNoServer, "echo a\n")
+    );
 
     for bad in [
         "<!-- test: run -->\n\n```sh\nx\n```\n",
