@@ -128,46 +128,7 @@ fn run_snippet(snippet: &Snippet) {
         .replace("127.0.0.1:8081", &format!("127.0.0.1:{grpc}"))
         .replace("target/release/slidegate", env!("CARGO_BIN_EXE_slidegate"));
 
-    let stdout = dir.path().join("stdout");
-    let stderr = dir.path().join("stderr");
-    // The environment of a reader's shell: no SLIDEGATE_* of the test run, except the addresses
-    // a snippet's own `serve` should take.
-    let mut command = Command::new("bash");
-    for (key, _) in std::env::vars() {
-        if key.starts_with("SLIDEGATE_") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .args(["-euo", "pipefail", "-c", &script])
-        .current_dir(dir.path())
-        .env("SLIDEGATE_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
-        .env("SLIDEGATE_HTTP_ADDR", format!("127.0.0.1:{http}"))
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
-        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-        .process_group(0);
-    let mut child = command.spawn().expect("spawn bash");
-    let deadline = Instant::now() + BLOCK_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for bash") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // Whatever the block left running in the background (a server it started) goes with it.
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{}", child.id())])
-        .stderr(Stdio::null())
-        .status();
-    let _ = child.wait();
-
-    let out = std::fs::read_to_string(&stdout).unwrap_or_default();
-    let err = std::fs::read_to_string(&stderr).unwrap_or_default();
+    let (status, out, err) = run_bash(&script, dir.path(), grpc, http);
     let log = server.as_ref().map(Slidegate::log).unwrap_or_default();
     let report = format!(
         "--- the block (as run)\n{script}\n--- stdout\n{out}\n--- stderr\n{err}\n--- slidegate's log\n{log}"
@@ -194,6 +155,52 @@ fn run_snippet(snippet: &Snippet) {
             snippet.line
         );
     }
+}
+
+/// What a block did: its exit status (`None`: killed at [`BLOCK_TIMEOUT`]), stdout and stderr.
+type Ran = (Option<std::process::ExitStatus>, String, String);
+
+/// Runs `script` with `bash -euo pipefail` in `dir`, in the environment of a reader's shell (no
+/// `SLIDEGATE_*` or `RUST_LOG` of the test run) except for the addresses a snippet's own `serve`
+/// should take. Its process group is killed afterwards, with whatever it left in the background.
+fn run_bash(script: &str, dir: &Path, grpc: u16, http: u16) -> Ran {
+    let stdout = dir.join("stdout");
+    let stderr = dir.join("stderr");
+    let mut command = Command::new("bash");
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SLIDEGATE_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .env("SLIDEGATE_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
+        .env("SLIDEGATE_HTTP_ADDR", format!("127.0.0.1:{http}"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+        .process_group(0);
+    let mut child = command.spawn().expect("spawn bash");
+    let deadline = Instant::now() + BLOCK_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for bash") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
+    let _ = child.wait();
+    let out = std::fs::read_to_string(&stdout).unwrap_or_default();
+    let err = std::fs::read_to_string(&stderr).unwrap_or_default();
+    (status, out, err)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
