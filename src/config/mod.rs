@@ -1,6 +1,8 @@
 //! Rule configuration: envoyproxy/ratelimit-compatible YAML files with sliding-window extensions.
 //!
-//! - `model`: the YAML structures as written by users (serde, unknown keys rejected).
+//! - `read`: YAML as envoyproxy/ratelimit's parser (yaml.v2, YAML 1.1) reads it, every departure
+//!   from a strict reading a warning.
+//! - `model`: the YAML structures as written by users (unknown keys rejected).
 //! - `validate`/`load`: files or a directory into a [`RuleSet`], every error naming file and field.
 //! - `tree`: the compiled descriptor-matching tree (a map per level, so cost does not grow with
 //!   the number of rules).
@@ -33,12 +35,13 @@ use std::time::Duration;
 mod error;
 mod load;
 mod model;
+mod read;
 pub mod reload;
 mod tree;
 mod validate;
 
-pub use error::{ConfigError, ConfigErrors};
-pub use load::{load_path, load_sources};
+pub use error::{ConfigError, ConfigErrors, ConfigWarning};
+pub use load::{Checked, check_path, load_path, load_sources};
 pub use tree::{DomainRules, RuleMatch, RuleSet};
 
 /// The unit of a limit, as in envoyproxy/ratelimit. Month is 30 days, year 365 days.
