@@ -249,7 +249,12 @@ async fn an_empty_rule_directory_serves_without_rules() {
     let healthy = support::wait_until(Duration::from_secs(10), || {
         server.get("/healthcheck") == (200, "OK: no rules loaded\n".to_owned())
     });
-    assert!(healthy, "{:?}\n{}", server.get("/healthcheck"), server.log());
+    assert!(
+        healthy,
+        "{:?}\n{}",
+        server.get("/healthcheck"),
+        server.log()
+    );
     let (code, limit) = decide(&server, "late", &[("k", "x")], 2).await;
     assert_eq!((code.as_str(), limit.as_str()), ("OK", "none"));
 
@@ -261,7 +266,11 @@ async fn an_empty_rule_directory_serves_without_rules() {
         if code == "OVER_LIMIT" {
             break;
         }
-        assert!(Instant::now() < deadline, "rules never applied:\n{}", server.log());
+        assert!(
+            Instant::now() < deadline,
+            "rules never applied:\n{}",
+            server.log()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(server.get("/healthcheck"), (200, "OK\n".to_owned()));

@@ -21,12 +21,16 @@ use super::read::read_document;
 use super::validate::{Compiled, FileOutcome, compile};
 use super::{ConfigError, ConfigErrors, ConfigWarning, RuleSet};
 
-/// Loads one file, or every rule file of a directory (see the module doc); warnings are logged.
+/// Loads one file, or every rule file of a directory (see the module doc), at start; warnings
+/// are logged.
 ///
 /// A directory without rule files loads as no rules, as in envoyproxy/ratelimit: every request
-/// is answered OK until rule files appear (a Kubernetes ConfigMap may start empty).
+/// is answered OK until rule files appear (a Kubernetes ConfigMap may start empty). A reload that
+/// finds none is an error instead ([`read_sources`]): the rules that were live stay.
 pub fn load_path(path: &Path) -> Result<RuleSet, ConfigErrors> {
-    load_sources(&read_sources(path)?)
+    let (sources, warnings) = list_sources(path, Empty::NoRules);
+    log_skipped(&warnings);
+    load_sources(&sources?)
 }
 
 /// Builds a rule set from (file name, YAML text) pairs; the names appear in errors. Warnings are
@@ -46,7 +50,7 @@ pub struct Checked {
 
 /// Loads like [`load_path`], returning the warnings instead of logging them.
 pub fn check_path(path: &Path) -> Checked {
-    let (sources, mut warnings) = list_sources(path);
+    let (sources, mut warnings) = list_sources(path, Empty::NoRules);
     let rules = match sources {
         Ok(sources) => {
             let (rules, mut more) = compile_sources(&sources);
@@ -114,19 +118,34 @@ fn compile_sources(
     (rules, warnings)
 }
 
-/// Reads the rule files at `path` as (file name, text) pairs, sorted by name, and logs every
-/// directory entry it skips.
+/// Reads the rule files at `path` as (file name, text) pairs, sorted by name, for a reload, and
+/// logs every directory entry it skips. A directory without rule files is an error: rules
+/// that were live are not dropped because a deploy emptied the directory for a moment.
 pub(super) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigErrors> {
-    let (sources, warnings) = list_sources(path);
-    for warning in &warnings {
-        tracing::info!(file = %warning.file, reason = %warning.message, "not read");
-    }
+    let (sources, warnings) = list_sources(path, Empty::Error);
+    log_skipped(&warnings);
     sources
 }
 
-/// [`read_sources`], with the entries skipped as warnings.
+fn log_skipped(warnings: &[ConfigWarning]) {
+    for warning in warnings {
+        tracing::info!(file = %warning.file, reason = %warning.message, "not read");
+    }
+}
+
+/// What a directory without rule files gives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Empty {
+    /// No rules (at start, as envoyproxy/ratelimit).
+    NoRules,
+    /// An error (on reload: the live rules stay).
+    Error,
+}
+
+/// Reads the rule files at `path`, with the directory entries skipped as warnings.
 fn list_sources(
     path: &Path,
+    empty: Empty,
 ) -> (
     Result<Vec<(String, String)>, ConfigErrors>,
     Vec<ConfigWarning>,
@@ -190,7 +209,12 @@ fn list_sources(
     }
     files.sort();
     skipped.sort_by(|a, b| a.file.cmp(&b.file));
-    if files.is_empty() && errors.is_empty() {
+    if files.is_empty() && errors.is_empty() && empty == Empty::Error {
+        errors.push(ConfigError {
+            file: shown.clone(),
+            message: "no rule files in this directory; the rules that were live stay".to_owned(),
+        });
+    } else if files.is_empty() && errors.is_empty() {
         skipped.push(ConfigWarning {
             file: shown.clone(),
             message: "no rule files: no limits apply, every request is answered OK until rule \

@@ -116,7 +116,10 @@ pub(super) struct Cx<'a> {
 impl Cx<'_> {
     fn invalid(&self, found: &Scalar, expected: &str) {
         let mut findings = self.findings.borrow_mut();
-        findings.error(&self.at, format!("invalid type: {found}, expected {expected}"));
+        findings.error(
+            &self.at,
+            format!("invalid type: {found}, expected {expected}"),
+        );
         findings.unreadable.insert(self.at.clone());
     }
 
@@ -530,7 +533,11 @@ impl<T: Record> RecordSeed<'_, T> {
 
     /// `<<: *alias` or `<<: [*a, *b]`: the merged maps' fields are set here, in document order
     /// (as yaml.v2 does); among several maps the first wins.
-    fn merge_in<'de, A: MapAccess<'de>>(&self, record: &mut T, map: &mut A) -> Result<(), A::Error> {
+    fn merge_in<'de, A: MapAccess<'de>>(
+        &self,
+        record: &mut T,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
         let at = child(self.at, "<<");
         let merged = map.next_value_seed(MergeSeed::<T> {
             at: &at,
@@ -598,7 +605,8 @@ impl<'de, T: Record> Visitor<'de> for MergeSeed<'_, T> {
         let mut i = 0;
         loop {
             let at = format!("{}[{i}]", self.at);
-            let Some(map) = seq.next_element_seed(RecordSeed::<T>::new(&at, self.findings, true))?
+            let Some(map) =
+                seq.next_element_seed(RecordSeed::<T>::new(&at, self.findings, true))?
             else {
                 break;
             };
