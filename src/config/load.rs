@@ -133,6 +133,9 @@ fn log_skipped(warnings: &[ConfigWarning]) {
     }
 }
 
+/// (file name, text) pairs, or every error reading them.
+type Sources = Result<Vec<(String, String)>, ConfigErrors>;
+
 /// What a directory without rule files gives.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Empty {
@@ -143,13 +146,7 @@ enum Empty {
 }
 
 /// Reads the rule files at `path`, with the directory entries skipped as warnings.
-fn list_sources(
-    path: &Path,
-    empty: Empty,
-) -> (
-    Result<Vec<(String, String)>, ConfigErrors>,
-    Vec<ConfigWarning>,
-) {
+fn list_sources(path: &Path, empty: Empty) -> (Sources, Vec<ConfigWarning>) {
     let shown = path.display().to_string();
     let metadata = match std::fs::metadata(path) {
         Ok(metadata) => metadata,
