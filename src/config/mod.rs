@@ -20,9 +20,11 @@
 //! - `*` in a `value` matches any run of characters anywhere (envoyproxy/ratelimit only supports
 //!   a trailing `*`, which means the same here).
 //!
-//! Stricter than the reference, because a silently ignored line is a limit that does not apply:
-//! unknown keys, `shadow_mode`/`detailed_metric` on a node without a limit, and `replaces` naming
-//! no rule of the domain are errors.
+//! Unknown keys are errors, as in the reference. Stricter than the reference, because a silently
+//! ignored line is a limit that does not apply: `shadow_mode`/`detailed_metric` on a node without
+//! a limit, and `replaces` naming no rule of the domain are errors too. YAML is read as the
+//! reference's parser reads it (YAML 1.1, see `read`), with a warning for each difference from a
+//! strict reading.
 //!
 //! A [`Rule`] holds no counters. Counters are identified by (domain, entries as matched, window)
 //! in the store, so a reload that keeps a rule's path and window keeps its counts, and a reload
