@@ -1034,3 +1034,182 @@ proptest! {
         }
     }
 }
+
+// ---- the bundled protos ----
+
+/// The protos under `proto/` (served by gRPC reflection) against envoy-types, Envoy's current API:
+/// every enum value by name and number both ways, and every field of the RateLimitService
+/// messages: a message with every field set, encoded by envoy-types, decodes with the bundled
+/// descriptors without an unknown field and encodes back to the same message.
+#[test]
+fn bundled_protos_match_envoy_types() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+        Code, RateLimit, rate_limit::Unit,
+    };
+    use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+    use prost::Message;
+    use prost_reflect::{DescriptorPool, DynamicMessage};
+
+    let pool = DescriptorPool::decode(slidegate::service::grpc::FILE_DESCRIPTOR_SET)
+        .expect("the reflection descriptor set");
+    let check_enum = |name: &str, by_name: &dyn Fn(&str) -> Option<i32>, names: &[(i32, &str)]| {
+        let bundled = pool
+            .get_enum_by_name(name)
+            .unwrap_or_else(|| panic!("no {name} in proto/"));
+        for value in bundled.values() {
+            assert_eq!(
+                by_name(value.name()),
+                Some(value.number()),
+                "{name}.{}",
+                value.name()
+            );
+        }
+        for (number, envoy_name) in names {
+            let value = bundled.get_value(*number);
+            assert_eq!(
+                value.map(|v| v.name().to_owned()).as_deref(),
+                Some(*envoy_name),
+                "{name} {number}"
+            );
+        }
+        assert_eq!(bundled.values().count(), names.len(), "{name}: values");
+    };
+    let every = |f: &dyn Fn(i32) -> Option<&'static str>| -> Vec<(i32, &'static str)> {
+        (0..64).filter_map(|n| f(n).map(|name| (n, name))).collect()
+    };
+    check_enum(
+        "envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit",
+        &|s| Unit::from_str_name(s).map(|u| u as i32),
+        &every(&|n| Unit::try_from(n).ok().map(|u| u.as_str_name())),
+    );
+    check_enum(
+        "envoy.service.ratelimit.v3.RateLimitResponse.Code",
+        &|s| Code::from_str_name(s).map(|c| c as i32),
+        &every(&|n| Code::try_from(n).ok().map(|c| c.as_str_name())),
+    );
+    check_enum(
+        "envoy.type.v3.RateLimitUnit",
+        &|s| RateLimitUnit::from_str_name(s).map(|u| u as i32),
+        &every(&|n| RateLimitUnit::try_from(n).ok().map(|u| u.as_str_name())),
+    );
+
+    fn no_unknown_fields(message: &DynamicMessage, at: &str) {
+        assert_eq!(
+            message.unknown_fields().count(),
+            0,
+            "unknown fields in {at}"
+        );
+        for (field, value) in message.fields() {
+            let at = format!("{at}.{}", field.name());
+            match value {
+                prost_reflect::Value::Message(inner) => no_unknown_fields(inner, &at),
+                prost_reflect::Value::List(items) => {
+                    for item in items {
+                        if let prost_reflect::Value::Message(inner) = item {
+                            no_unknown_fields(inner, &at);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    fn round_trip<M: Message + Default + PartialEq + std::fmt::Debug>(
+        pool: &DescriptorPool,
+        name: &str,
+        message: &M,
+    ) {
+        let descriptor = pool
+            .get_message_by_name(name)
+            .unwrap_or_else(|| panic!("no {name} in proto/"));
+        let dynamic =
+            DynamicMessage::decode(descriptor, message.encode_to_vec().as_slice()).expect(name);
+        no_unknown_fields(&dynamic, name);
+        let back = M::decode(dynamic.encode_to_vec().as_slice()).expect(name);
+        assert_eq!(&back, message, "{name} through proto/");
+    }
+
+    use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+        DescriptorStatus, Quota, quota::ExpirationSpecifier,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+    use envoy_types::pb::google::protobuf::{
+        Duration as ProtoDuration, Struct, Timestamp, UInt64Value, Value, value::Kind,
+    };
+
+    let request = RateLimitRequest {
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: "v".into(),
+            }],
+            limit: Some(RateLimitOverride {
+                requests_per_unit: 5,
+                unit: RateLimitUnit::Year as i32,
+            }),
+            hits_addend: Some(UInt64Value { value: 2 }),
+            is_negative_hits: true,
+        }],
+        hits_addend: 3,
+    };
+    round_trip(
+        &pool,
+        "envoy.service.ratelimit.v3.RateLimitRequest",
+        &request,
+    );
+    let quota = Quota {
+        requests: 7,
+        id: "q".into(),
+        expiration_specifier: Some(ExpirationSpecifier::ValidUntil(Timestamp {
+            seconds: 9,
+            nanos: 1,
+        })),
+    };
+    let header = HeaderValue {
+        key: "k".into(),
+        value: "v".into(),
+        raw_value: b"raw".to_vec(),
+    };
+    let response = RateLimitResponse {
+        overall_code: Code::OverLimit as i32,
+        statuses: vec![DescriptorStatus {
+            code: Code::Ok as i32,
+            current_limit: Some(RateLimit {
+                name: "n".into(),
+                requests_per_unit: 4,
+                unit: Unit::Week as i32,
+            }),
+            limit_remaining: 3,
+            duration_until_reset: Some(ProtoDuration {
+                seconds: 2,
+                nanos: 5,
+            }),
+            quota: Some(quota.clone()),
+        }],
+        response_headers_to_add: vec![header.clone()],
+        request_headers_to_add: vec![header],
+        raw_body: b"body".to_vec(),
+        dynamic_metadata: Some(Struct {
+            fields: [(
+                "f".to_string(),
+                Value {
+                    kind: Some(Kind::StringValue("s".into())),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        }),
+        quota: Some(quota),
+    };
+    round_trip(
+        &pool,
+        "envoy.service.ratelimit.v3.RateLimitResponse",
+        &response,
+    );
+}
