@@ -150,7 +150,7 @@ async fn yaml_1_1_is_read_as_envoy_ratelimit_reads_it() {
     let file = fixtures().join("good/yaml11.yaml");
     let out = check_config(&file);
     assert!(out.status.success(), "{out:?}");
-    assert!(stdout(&out).contains("OK: 5 rules in 1 domains"), "{out:?}");
+    assert!(stdout(&out).contains("OK: 7 rules in 1 domains"), "{out:?}");
     assert_contains_all(
         &stderr(&out),
         &[
@@ -161,6 +161,8 @@ async fn yaml_1_1_is_read_as_envoy_ratelimit_reads_it() {
             "descriptors[2].shadow_mode: `yes` read as true",
             "descriptors[3].rate_limit: duplicate key: the last one is used",
             "descriptors[4].detailed_metric: `off` read as false",
+            "descriptors[5].rate_limit.<<: merge key",
+            "descriptors[6].rate_limit.requests_per_unit: set before `<<` and replaced",
             "more than one document",
         ],
     );
@@ -173,6 +175,8 @@ async fn yaml_1_1_is_read_as_envoy_ratelimit_reads_it() {
     assert_eq!(limit("octal").await, "8 MINUTE");
     assert_eq!(limit("merged").await, "1000 MINUTE");
     assert_eq!(limit("duplicated").await, "3 HOUR");
+    assert_eq!(limit("first_merge_wins").await, "8 MINUTE");
+    assert_eq!(limit("before_merge").await, "8 MINUTE");
     // Shadow mode: two hits against a limit of one are still allowed.
     let (code, _) = decide(&server, "yaml11", &[("shadowed", "x")], 2).await;
     assert_eq!(code, "OK");
