@@ -684,8 +684,19 @@ impl<'de, T: Record> Visitor<'de> for ListVisitor<'_, T> {
         let mut list = Vec::new();
         loop {
             let at = format!("{}[{}]", self.at, list.len());
+            let errors_before = self.findings.borrow().errors.len();
             match seq.next_element_seed(RecordSeed::<T>::new(&at, self.findings, false))? {
-                Some(entry) => list.push(entry),
+                Some(entry) => {
+                    if entry.is_none() && self.findings.borrow().errors.len() == errors_before {
+                        // A null entry (`- ~`, or `-` alone): not a rule to skip in silence.
+                        let mut findings = self.findings.borrow_mut();
+                        findings.error(
+                            &at,
+                            format!("invalid type: null, expected {}", T::EXPECTING),
+                        );
+                    }
+                    list.push(entry);
+                }
                 None => break,
             }
         }
