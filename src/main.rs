@@ -47,9 +47,10 @@ enum Command {
     /// Serves gRPC (Envoy RateLimitService v3, health, reflection) and HTTP (/json, /check,
     /// /healthcheck, /rlconfig, /metrics). The default.
     Serve(ServeArgs),
-    /// Checks rule files: prints every error (exit 1) or a summary (exit 0).
+    /// Checks rule files: prints every error (exit 1) or a summary (exit 0), and a warning for
+    /// every file skipped and every value read differently from a strict YAML reading.
     CheckConfig {
-        /// A rule file, or a directory of `*.yaml`/`*.yml` files.
+        /// A rule file, or a directory of rule files (every file not starting with `.`).
         path: PathBuf,
         /// The server's --max-entries: a rule deeper than this can never match (a request
         /// reaching it would be refused), and is reported with a warning.
@@ -67,7 +68,8 @@ enum Command {
 
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
-    /// Rule file or directory of `*.yaml` files; reloaded on change and on SIGHUP.
+    /// Rule file or directory of rule files (every file not starting with `.`); reloaded on
+    /// change and on SIGHUP.
     #[arg(long, env = "SLIDEGATE_CONFIG", default_value = "config")]
     config: PathBuf,
     /// Address of the gRPC server (RateLimitService, health, reflection).
@@ -171,19 +173,24 @@ fn main() -> ExitCode {
     }
 }
 
-/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and exit 0
-/// (with a warning on stderr for each rule no request can reach).
+/// `slidegate check-config PATH`: warnings (`warning: ` lines: files skipped, values read
+/// differently from a strict YAML reading, rules no request can reach) and errors on stderr, exit
+/// 1 on any error; else a summary on stdout and exit 0.
 fn check_config(path: &Path, max_entries: usize) -> ExitCode {
-    match slidegate::config::load_path(path) {
+    let checked = slidegate::config::check_path(path);
+    for warning in &checked.warnings {
+        eprintln!("warning: {warning}");
+    }
+    match checked.rules {
         Ok(rules) => {
             for warning in unreachable_rules(&rules, max_entries) {
                 eprintln!("warning: {warning}");
             }
-            println!(
-                "OK: {} rules in {} domains",
-                rules.rule_count(),
-                rules.domain_names().len()
-            );
+            let domains = rules.domain_names().len();
+            println!("OK: {} rules in {domains} domains", rules.rule_count());
+            if domains == 0 {
+                println!("(no rules: every request would be answered OK)");
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {

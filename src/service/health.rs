@@ -1,7 +1,9 @@
 //! The serving state, shared by gRPC health (`grpc.health.v1.Health`) and `GET /healthcheck`.
 //!
-//! The service is SERVING while rules are loaded and the store answers, and NOT_SERVING from the
-//! moment shutdown begins. A background task pings the store every second and flips the state;
+//! The service is SERVING while the store answers, and NOT_SERVING from the moment shutdown
+//! begins. No rules (an empty rule directory) is still SERVING, as in envoyproxy/ratelimit: a
+//! Kubernetes ConfigMap may start empty, and every request is answered OK until rules arrive;
+//! `GET /healthcheck` says so in its body. A background task pings the store every second and flips the state;
 //! transitions are logged once, not on every ping.
 
 use std::sync::Arc;
@@ -88,19 +90,14 @@ impl Health {
         }
     }
 
-    /// Checks once: rules are loaded and the store answers a ping in time.
+    /// Checks once: the store answers a ping in time.
     pub async fn check(&self, limiter: &RateLimiter) {
-        // An empty rule set (an empty config directory) answers OK to everything: not serving.
-        let rules_loaded = {
-            let rules = limiter.rules().load();
-            rules.rule_count() > 0 || !rules.domain_names().is_empty()
-        };
         let store = match tokio::time::timeout(PING_TIMEOUT, limiter.store().ping()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
             Err(_) => Err(format!("ping timed out after {PING_TIMEOUT:?}")),
         };
-        let serving = rules_loaded && store.is_ok();
+        let serving = store.is_ok();
         let first = !self.checked.swap(true, Ordering::SeqCst);
         let changed = first || serving != self.is_serving();
         if changed && !self.shutting_down.load(Ordering::SeqCst) {
@@ -109,7 +106,7 @@ impl Health {
                 Err(error) => {
                     tracing::warn!(store = limiter.store().kind(), %error, "store down: not serving")
                 }
-                Ok(()) => tracing::warn!("no rules loaded: not serving"),
+                Ok(()) => {}
             }
         }
         self.set_serving(serving).await;

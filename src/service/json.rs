@@ -143,10 +143,11 @@ fn unit(value: &Value, path: &str) -> Result<Option<Unit>, String> {
             "MINUTE" => Ok(Some(Unit::Minute)),
             "HOUR" => Ok(Some(Unit::Hour)),
             "DAY" => Ok(Some(Unit::Day)),
+            "WEEK" => Ok(Some(Unit::Week)),
             "MONTH" => Ok(Some(Unit::Month)),
             "YEAR" => Ok(Some(Unit::Year)),
             _ => Err(format!(
-                "{path}: unknown unit {name:?} (expected SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)"
+                "{path}: unknown unit {name:?} (expected SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)"
             )),
         },
         Value::Number(n) => match n.as_i64().and_then(|n| i32::try_from(n).ok()) {
