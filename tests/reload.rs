@@ -278,8 +278,9 @@ fn a_read_error_is_counted_once() {
         "{}",
         server.log()
     );
+    // Hidden files: every other file in the directory is a rule file.
     for i in 0..4 {
-        std::fs::write(root.join(format!("notes-{i}.txt")), "unrelated").expect("write");
+        std::fs::write(root.join(format!(".notes-{i}")), "unrelated").expect("write");
         std::thread::sleep(Duration::from_millis(400));
     }
     assert_eq!(failures(&server), 1.0, "one cause, one failure");
