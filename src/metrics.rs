@@ -13,6 +13,7 @@
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
 //! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |
 //! | `slidegate_rules_loaded` | gauge | | rules in the live rule set |
+//! | `slidegate_connections_refused_total` | counter | `listener` (`grpc`, `http`), `reason` (`max_connections`, `max_connections_per_peer`) | connections closed at once because a connection cap was reached |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured
@@ -131,6 +132,7 @@ pub struct Metrics {
     failure_mode: IntCounterVec,
     config_reloads: IntCounterVec,
     rules_loaded: IntGauge,
+    connections_refused: IntCounterVec,
     rule_cache: RwLock<RuleCache>,
 }
 
@@ -202,6 +204,11 @@ impl Metrics {
             "Rule reload attempts by result (success, failure).",
             &["result"],
         )?;
+        let connections_refused = counter_vec(
+            "slidegate_connections_refused_total",
+            "Connections closed at accept because a connection cap was reached, by listener and reason.",
+            &["listener", "reason"],
+        )?;
         let unknown_domain = IntCounter::new(
             "slidegate_unknown_domain_total",
             "Requests for a domain that has no rules.",
@@ -258,6 +265,7 @@ impl Metrics {
             failure_mode,
             config_reloads,
             rules_loaded,
+            connections_refused,
             rule_cache: RwLock::new(RuleCache::default()),
         })
     }
@@ -352,6 +360,13 @@ impl Metrics {
         if let Some(rules) = rules {
             self.set_rules_loaded(rules);
         }
+    }
+
+    /// A connection refused at accept because of a connection cap.
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.connections_refused
+            .with_label_values(&[listener, reason])
+            .inc();
     }
 
     /// The number of live rules.
