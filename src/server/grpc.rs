@@ -194,6 +194,7 @@ where
     let mut calls = FuturesUnordered::<CatchUnwind<AssertUnwindSafe<Call>>>::new();
     let mut stopping = false;
     let mut closing = false;
+    let mut close_next = false;
     // Each round: take every call the connection has read, then run every call that can go on.
     // Polling the connection also writes what is queued, so the answers of one round leave in
     // one write; polling it between calls would send each answer in a write of its own. Queued
@@ -220,10 +221,16 @@ where
             }
         }
         // Without calls in flight, a stopping or idle connection closes now: a graceful GOAWAY
-        // would wait for the client to answer a PING, which a client need not do.
-        if !closing && calls.is_empty() && (stopping || idle.poll_expired(cx)) {
+        // would wait for the client to answer a PING, which a client need not do. It closes one
+        // round later, once polling the connection has written the last answers (an abrupt
+        // GOAWAY drops what is still queued).
+        let done = !closing && calls.is_empty() && (stopping || idle.poll_expired(cx));
+        if done && close_next {
             connection.abrupt_shutdown(h2::Reason::NO_ERROR);
             closing = true;
+        }
+        close_next = done;
+        if done {
             cx.waker().wake_by_ref();
         }
         if keepalive.poll_unanswered(cx) {
