@@ -1823,7 +1823,8 @@ async fn trickle(stream: &mut tokio::net::TcpStream, chunks: &[&[u8]], pause: Du
 /// per peer: of 300 connections that never send the HTTP/2 preface, 100 are refused at once
 /// (and counted in `slidegate_connections_refused_total`) and the rest closed within 3 s; an
 /// HTTP request trickling a header line every 300 ms, an idle HTTP/1.1 keep-alive connection, a
-/// body trickling a byte every 300 ms and an idle gRPC connection are all closed within 4 s
+/// body trickling a byte every 300 ms, an HTTP connection that sends nothing and an idle gRPC
+/// connection are all closed within 4 s
 /// (before: all stayed open). The normal client, connected first, is served throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_slow_connections_are_closed_and_capped() {
@@ -1886,6 +1887,8 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
         }
         closed_within(&mut body, Duration::from_millis(100)).await
     };
+    let mut silent_http = connect(server.http_port).await;
+    let silent_http = closed_within(&mut silent_http, Duration::from_secs(4));
     let idle_grpc = async {
         let io = connect(server.grpc_port).await;
         let (_sender, connection) = h2::client::handshake(io).await.expect("handshake");
@@ -1907,10 +1910,11 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
         }
         closed
     };
-    let (slow_headers, idle_keep_alive, slow_body, idle_grpc, silent_closed) = tokio::join!(
+    let (slow_headers, idle_keep_alive, slow_body, silent_http, idle_grpc, silent_closed) = tokio::join!(
         slow_headers,
         idle_keep_alive,
         slow_body,
+        silent_http,
         idle_grpc,
         all_silent_closed
     );
@@ -1925,6 +1929,10 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
     assert!(slow_headers, "a request whose headers trickle is closed");
     assert!(idle_keep_alive, "an idle keep-alive connection is closed");
     assert!(slow_body, "a request whose body trickles is closed");
+    assert!(
+        silent_http,
+        "an HTTP connection that sends nothing is closed"
+    );
     assert!(idle_grpc, "an idle gRPC connection is closed");
     let (_, metrics) = server.get("/metrics");
     let refused = support::metric_value(

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -39,6 +40,7 @@ pub async fn serve(
         within(body_timeout, request, next)
     }));
     let builder = builder(limits);
+    let handshake_timeout = limits.handshake_timeout;
     let mut connections = JoinSet::new();
     let mut stopping = std::pin::pin!(stopped(stop.clone()));
     let mut open = true;
@@ -48,26 +50,15 @@ pub async fn serve(
             handoff = handoffs.recv(), if open => match handoff {
                 Some((stream, ticket)) => {
                     let Some((io, _peer)) = take_over(stream) else { continue };
-                    let connection = builder
-                        .serve_connection(
-                            TokioIo::new(Metered::new(io)),
-                            TowerToHyperService::new(app.clone()),
-                        )
-                        .into_owned();
-                    let (stop, drain_over) = (stop.clone(), drain_over.clone());
+                    let connection = Connection {
+                        builder: builder.clone(),
+                        app: app.clone(),
+                        handshake_timeout,
+                        stop: stop.clone(),
+                        drain_over: drain_over.clone(),
+                    };
                     connections.spawn(async move {
-                        let mut connection = std::pin::pin!(connection);
-                        let finished = tokio::select! {
-                            _ = connection.as_mut() => true,
-                            () = stopped(stop) => false,
-                        };
-                        if !finished {
-                            connection.as_mut().graceful_shutdown();
-                            tokio::select! {
-                                _ = connection.as_mut() => {}
-                                () = stopped(drain_over) => {}
-                            }
-                        }
+                        connection.serve(io).await;
                         drop(ticket);
                     });
                 }
@@ -78,6 +69,44 @@ pub async fn serve(
         }
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// What one connection is served with.
+struct Connection {
+    builder: Builder<TokioExecutor>,
+    app: Router,
+    handshake_timeout: Duration,
+    stop: watch::Receiver<bool>,
+    drain_over: watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Serves `io` until the client closes it; on `stop`, asks it to close; at `drain_over`,
+    /// closes it.
+    async fn serve(self, io: TcpStream) {
+        // hyper has no timeout for the first byte (it waits for it to tell HTTP/1.1 from
+        // HTTP/2): a client that sends nothing is closed here.
+        let started = tokio::time::timeout(self.handshake_timeout, io.readable()).await;
+        if !matches!(started, Ok(Ok(()))) {
+            return;
+        }
+        let connection = self.builder.serve_connection(
+            TokioIo::new(Metered::new(io)),
+            TowerToHyperService::new(self.app),
+        );
+        let mut connection = std::pin::pin!(connection);
+        let finished = tokio::select! {
+            _ = connection.as_mut() => true,
+            () = stopped(self.stop) => false,
+        };
+        if !finished {
+            connection.as_mut().graceful_shutdown();
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stopped(self.drain_over) => {}
+            }
+        }
+    }
 }
 
 /// hyper's connection settings from the limits.
