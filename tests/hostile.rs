@@ -2156,3 +2156,120 @@ async fn a_drain_answers_open_calls_and_is_not_held_by_idle_connections() {
     assert!(!log.contains("still in flight"), "{log}");
     drop((deaf, half_headers, stream));
 }
+
+/// Not a test: the attacks above, for as long as asked, against a server already running, for
+/// BENCHMARKS.md (a normal client's latency during each attack). `ATTACK` is one of
+/// `half-sent`, `window-0`, `silent`, `ping`, `settings`, `reset`; `ATTACK_GRPC_PORT`,
+/// `ATTACK_HTTP_PORT` and `ATTACK_SECONDS` say where and how long:
+///
+/// ```text
+/// ATTACK=ping ATTACK_GRPC_PORT=50051 ATTACK_HTTP_PORT=8080 ATTACK_SECONDS=12 \
+///     cargo test --test hostile -- --ignored --exact attack
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "an attack on a running server, for benchmarks"]
+async fn attack() {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("set {name}"));
+    let port = |name: &str| var(name).parse::<u16>().expect("a port");
+    let (kind, grpc, http) = (
+        var("ATTACK"),
+        port("ATTACK_GRPC_PORT"),
+        port("ATTACK_HTTP_PORT"),
+    );
+    let seconds: u64 = var("ATTACK_SECONDS").parse().expect("seconds");
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let left = || until.saturating_duration_since(Instant::now());
+    let mut tasks = tokio::task::JoinSet::new();
+    match kind.as_str() {
+        "ping" | "settings" => {
+            let frame = if kind == "ping" {
+                h2_frame(6, 0, &[7; 8])
+            } else {
+                h2_frame(4, 0, &[0, 3, 0, 0, 0, 100])
+            };
+            while !left().is_zero() {
+                flood(grpc, &frame, left()).await;
+            }
+        }
+        "half-sent" => {
+            let mut body = vec![0u8, 0, 0x40, 0, 0];
+            body.resize(5 + (4 << 20) - 1, 0);
+            let body = bytes::Bytes::from(body);
+            for _ in 0..4 {
+                let body = body.clone();
+                tasks.spawn(async move {
+                    let mut sender = h2_connection(grpc, h2::client::Builder::new()).await;
+                    let mut responses = Vec::new();
+                    let mut streams = tokio::task::JoinSet::new();
+                    while Instant::now() < until {
+                        let Ok(ready) = sender.ready().await else {
+                            break;
+                        };
+                        sender = ready;
+                        let request = grpc_request(grpc, SHOULD_RATE_LIMIT);
+                        let Ok((response, stream)) = sender.send_request(request, false) else {
+                            break;
+                        };
+                        responses.push(response);
+                        streams.spawn(send_as_window_allows(stream, body.clone()));
+                        if responses.len() >= 64 {
+                            // Wait for one call to end (the body timeout) before opening another.
+                            let _ = responses.remove(0).await;
+                        }
+                    }
+                });
+            }
+        }
+        "window-0" => {
+            use tonic_reflection::pb::v1::ServerReflectionRequest;
+            use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+            let symbol = "envoy.service.ratelimit.v3.RateLimitService".to_string();
+            let one = ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(MessageRequest::FileContainingSymbol(symbol)),
+            };
+            let requests = bytes::Bytes::from(grpc_frame(&one.encode_to_vec()).repeat(18_000));
+            while !left().is_zero() {
+                let mut builder = h2::client::Builder::new();
+                builder.initial_window_size(0);
+                let mut sender = h2_connection(grpc, builder).await;
+                let path = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+                sender = sender.ready().await.expect("ready");
+                let (_response, stream) = sender
+                    .send_request(grpc_request(grpc, path), false)
+                    .expect("open the stream");
+                let _ =
+                    tokio::time::timeout(left(), send_as_window_allows(stream, requests.clone()))
+                        .await;
+            }
+        }
+        "silent" => {
+            for i in 0..3000 {
+                let port = if i % 2 == 0 { grpc } else { http };
+                tasks.spawn(async move {
+                    while Instant::now() < until {
+                        if let Ok(mut stream) =
+                            tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                        {
+                            let left = until.saturating_duration_since(Instant::now());
+                            closed_within(&mut stream, left).await;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                });
+            }
+        }
+        "reset" => {
+            while !left().is_zero() {
+                for port in [grpc, http] {
+                    if let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                        let _ = stream.set_zero_linger();
+                    }
+                }
+            }
+        }
+        other => panic!("unknown attack {other}"),
+    }
+    let _ =
+        tokio::time::timeout(left(), async { while tasks.join_next().await.is_some() {} }).await;
+}
