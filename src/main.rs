@@ -19,6 +19,7 @@ use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
+use slidegate::server::limits::{self, ServerLimits};
 use slidegate::server::{Apps, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
@@ -142,6 +143,38 @@ struct ServeArgs {
     /// How long to let in-flight calls finish after SIGTERM/SIGINT, e.g. `5s`.
     #[arg(long, env = "SLIDEGATE_DRAIN_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     drain_timeout: Duration,
+    /// Most open connections, gRPC and HTTP ports together; more are closed as they are accepted
+    /// and counted in `slidegate_connections_refused_total` [default: the soft file-descriptor
+    /// limit (`ulimit -n`) less 64].
+    #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS", default_value_t = limits::default_max_connections(), hide_default_value = true, value_parser = clap::value_parser!(usize))]
+    max_connections: usize,
+    /// Most open connections from one client IP address, both ports together.
+    #[arg(
+        long,
+        env = "SLIDEGATE_MAX_CONNECTIONS_PER_PEER",
+        default_value_t = 1024
+    )]
+    max_connections_per_peer: usize,
+    /// Time a new connection has to start: gRPC, the HTTP/2 preface; HTTP, each request's
+    /// headers (which also closes an HTTP/1.1 connection idle that long between requests).
+    #[arg(long, env = "SLIDEGATE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    handshake_timeout: Duration,
+    /// A gRPC connection without calls in flight for this long is closed (GOAWAY); `0s` never.
+    #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+    /// Time for a request's body to arrive: a gRPC call's message (else DEADLINE_EXCEEDED), an
+    /// HTTP request as a whole (else 408).
+    #[arg(long, env = "SLIDEGATE_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    body_timeout: Duration,
+    /// HTTP/2 keepalive: a PING this often on every connection; one not answered by the next is
+    /// closed. `0s` turns it off.
+    #[arg(long, env = "SLIDEGATE_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    keepalive_interval: Duration,
+    /// Bytes of incomplete gRPC messages held, all connections together (each connection holds
+    /// at most one largest message, 4 MiB); a call over it waits for room, then for the body
+    /// timeout.
+    #[arg(long, env = "SLIDEGATE_MAX_BUFFERED_BYTES", default_value_t = 64 << 20)]
+    max_buffered_bytes: usize,
     /// Log format.
     #[arg(long, env = "SLIDEGATE_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -351,6 +384,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     let limiter = Arc::new(RateLimiter::new(live, store, options, Arc::clone(&metrics)));
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    let health_service = health_service.max_decoding_message_size(BRIDGED_MESSAGE);
     let health = Health::new(reporter).await;
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));
@@ -368,12 +402,14 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .context("cannot build gRPC reflection")?;
+        .context("cannot build gRPC reflection")?
+        .max_decoding_message_size(BRIDGED_MESSAGE);
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .context("cannot build gRPC reflection")?;
+        .context("cannot build gRPC reflection")?
+        .max_decoding_message_size(BRIDGED_MESSAGE);
     let apps = Apps {
         grpc: GrpcApp::new(
             GrpcService::new(Arc::clone(&limiter)),
@@ -393,9 +429,10 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     };
     let mut workers = Workers::start(
         usize::from(args.workers),
-        grpc_listener,
-        http_listener,
+        (grpc_listener, http_listener),
         apps,
+        server_limits(&args),
+        Arc::clone(&metrics),
         stop_rx,
     )
     .context("cannot start the worker threads")?;
@@ -416,6 +453,23 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         ),
     }
     Ok(())
+}
+
+/// Health and reflection requests are a few hundred bytes: their streams may buffer no more than
+/// this each (tonic's default is 4 MiB), so that 100 streams on one connection hold little.
+const BRIDGED_MESSAGE: usize = 16 << 10;
+
+fn server_limits(args: &ServeArgs) -> ServerLimits {
+    ServerLimits {
+        max_connections: args.max_connections,
+        max_connections_per_peer: args.max_connections_per_peer,
+        handshake_timeout: args.handshake_timeout,
+        idle_timeout: args.idle_timeout,
+        body_timeout: args.body_timeout,
+        keepalive_interval: args.keepalive_interval,
+        max_buffered_bytes: args.max_buffered_bytes,
+        drain_timeout: args.drain_timeout,
+    }
 }
 
 /// The memory store, or Redis when a URL or cluster nodes are given.
@@ -475,6 +529,13 @@ fn log_effective_config(args: &ServeArgs) {
         max_hits = args.max_hits,
         max_body_bytes = args.max_body_bytes,
         drain_timeout = ?args.drain_timeout,
+        max_connections = args.max_connections,
+        max_connections_per_peer = args.max_connections_per_peer,
+        handshake_timeout = ?args.handshake_timeout,
+        idle_timeout = ?args.idle_timeout,
+        body_timeout = ?args.body_timeout,
+        keepalive_interval = ?args.keepalive_interval,
+        max_buffered_bytes = args.max_buffered_bytes,
         "starting slidegate"
     );
 }

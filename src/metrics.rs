@@ -17,6 +17,7 @@
 //! | `slidegate_config_stale` | gauge | | 1 when the rule files on disk are not the ones served (the last reload failed) |
 //! | `slidegate_config_checksum_info` | gauge | `served`, `on_disk` | always 1; the SHA-256 of the served and of the on-disk rule files (`on_disk` empty when unreadable) |
 //! | `slidegate_rule_label_overflow_total` | counter | | decisions counted under `rule="overflow"` because [`MAX_RULE_LABELS`] pairs had their own series |
+//! | `slidegate_connections_refused_total` | counter | `listener` (`grpc`, `http`), `reason` (`max_connections`, `max_connections_per_peer`) | connections closed at once because a connection cap was reached |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured
@@ -154,6 +155,7 @@ pub struct Metrics {
     config_stale: IntGauge,
     config_checksum: IntGaugeVec,
     rule_label_overflow: IntCounter,
+    connections_refused: IntCounterVec,
     rule_cache: RwLock<RuleCache>,
 }
 
@@ -233,6 +235,11 @@ impl Metrics {
             "slidegate_config_reloads_total",
             "Rule reload attempts by result (success, failure).",
             &["result"],
+        )?;
+        let connections_refused = counter_vec(
+            "slidegate_connections_refused_total",
+            "Connections closed at accept because a connection cap was reached, by listener and reason.",
+            &["listener", "reason"],
         )?;
         let unknown_domain = IntCounter::new(
             "slidegate_unknown_domain_total",
@@ -321,6 +328,7 @@ impl Metrics {
             config_stale,
             config_checksum,
             rule_label_overflow,
+            connections_refused,
             rule_cache: RwLock::new(RuleCache::default()),
         })
     }
@@ -473,6 +481,13 @@ impl Metrics {
     pub fn config_reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };
         self.config_reloads.with_label_values(&[result]).inc();
+    }
+
+    /// A connection refused at accept because of a connection cap.
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.connections_refused
+            .with_label_values(&[listener, reason])
+            .inc();
     }
 
     /// The number of live rules.
