@@ -15,7 +15,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
 
+use slidegate::config::RuleSet;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
+use slidegate::config::source::xds::{XdsOptions, XdsSource, XdsTls};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
@@ -63,9 +65,47 @@ enum Command {
 
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
-    /// Rule file or directory of `*.yaml` files; reloaded on change and on SIGHUP.
-    #[arg(long, env = "SLIDEGATE_CONFIG", default_value = "config")]
-    config: PathBuf,
+    /// Rule file or directory of `*.yaml` files; reloaded on change and on SIGHUP [default:
+    /// config]. Not with --xds-server.
+    #[arg(long, env = "SLIDEGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Control plane that serves the rules over xDS instead of rule files (as Envoy Gateway serves
+    /// envoyproxy/ratelimit: `RateLimitConfig` resources, ADS, state of the world): `host:port`,
+    /// `http://host:port` or `https://host:port`. With it no rule files are read.
+    #[arg(long, env = "SLIDEGATE_XDS_SERVER")]
+    xds_server: Option<String>,
+    /// Node id sent to the control plane, which chooses the rules by it (Envoy Gateway serves
+    /// `envoy-ratelimit`).
+    #[arg(long, env = "SLIDEGATE_XDS_NODE_ID", default_value = "default")]
+    xds_node_id: String,
+    /// Node metadata sent to the control plane: `key=value` pairs, comma-separated.
+    #[arg(long, env = "SLIDEGATE_XDS_NODE_METADATA", value_delimiter = ',',
+          value_parser = slidegate::config::source::xds::parse_metadata_pair)]
+    xds_node_metadata: Vec<(String, String)>,
+    /// First wait before connecting to the control plane again after a failure, e.g. `3s`; it
+    /// doubles after each failed attempt, up to 60 s.
+    #[arg(long, env = "SLIDEGATE_XDS_CONNECT_RETRY_INTERVAL", default_value = "3s", value_parser = humantime::parse_duration)]
+    xds_connect_retry_interval: Duration,
+    /// PEM file of CA certificates to verify the control plane with (turns TLS on) [default: the
+    /// system roots, for `https://`].
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_CA_FILE")]
+    xds_tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate chain shown to the control plane (mutual TLS; turns TLS on; needs
+    /// --xds-tls-key-file).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_CERT_FILE")]
+    xds_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --xds-tls-cert-file.
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_KEY_FILE")]
+    xds_tls_key_file: Option<PathBuf>,
+    /// Name to verify in the control plane's certificate when it is not the host of
+    /// --xds-server (turns TLS on).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_SERVER_NAME")]
+    xds_tls_server_name: Option<String>,
+    /// With --xds-server: report ready before the control plane has sent rules. Until they arrive
+    /// no request matches a rule, so every request is allowed.
+    #[arg(long, env = "SLIDEGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    force_start_without_initial_config: bool,
     /// Address of the gRPC server (RateLimitService, health, reflection).
     #[arg(long, env = "SLIDEGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     grpc_addr: SocketAddr,
@@ -269,18 +309,12 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     log_effective_config(&args);
 
     let metrics = Arc::new(Metrics::new());
-    let rules = slidegate::config::load_path(&args.config).map_err(|errors| {
-        anyhow::anyhow!(
-            "cannot load rules from {}:\n{errors}",
-            args.config.display()
-        )
-    })?;
-    tracing::info!(
-        rules = rules.rule_count(),
-        domains = rules.domain_names().len(),
-        path = %args.config.display(),
-        "rules loaded"
-    );
+    let xds = xds_options(&args)?;
+    let config = args.config.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+    let rules = match &xds {
+        Some(_) => RuleSet::empty(),
+        None => load_rules(&config)?,
+    };
     metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
     let reload_metrics = Arc::clone(&metrics);
@@ -293,9 +327,22 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         }
         reload_metrics.set_config_status(status);
     });
-    let reloader = Reloader::spawn(args.config.clone(), Arc::clone(&live), hook, hangup)
-        .with_context(|| format!("cannot watch {}", args.config.display()))?;
-    metrics.set_config_status(&reloader.status().load());
+    // Kept until the end: dropping the source stops it.
+    let source = match xds {
+        Some(options) => RuleSource::Xds(
+            XdsSource::spawn(options, Arc::clone(&live), hook)
+                .context("cannot start the xDS client")?,
+        ),
+        None => RuleSource::Files(
+            Reloader::spawn(config.clone(), Arc::clone(&live), hook, hangup)
+                .with_context(|| format!("cannot watch {}", config.display()))?,
+        ),
+    };
+    let config_status = match &source {
+        RuleSource::Files(reloader) => reloader.status(),
+        RuleSource::Xds(xds) => xds.status(),
+    };
+    metrics.set_config_status(&config_status.load());
 
     let store = open_store(&args).await?;
     let options = Options {
@@ -312,7 +359,10 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     let limiter = Arc::new(RateLimiter::new(live, store, options, Arc::clone(&metrics)));
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    let health = Health::new(reporter).await;
+    let health = match &source {
+        RuleSource::Files(_) => Health::new(reporter).await,
+        RuleSource::Xds(xds) => Health::gated(reporter, xds.ready()).await,
+    };
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));
 
@@ -347,7 +397,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
                 limiter: Arc::clone(&limiter),
                 health: Arc::clone(&health),
                 check_domain: args.check_domain.clone(),
-                config_status: reloader.status(),
+                config_status,
             },
             args.max_body_bytes,
         ),
@@ -377,6 +427,59 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         ),
     }
     Ok(())
+}
+
+/// The rule path when neither --config nor --xds-server is given.
+const DEFAULT_CONFIG: &str = "config";
+
+/// Where the rules come from; dropping it stops the watching or the xDS client.
+enum RuleSource {
+    Files(Reloader),
+    Xds(XdsSource),
+}
+
+/// The rule files at start: without them slidegate does not start.
+fn load_rules(config: &Path) -> anyhow::Result<RuleSet> {
+    let rules = slidegate::config::load_path(config).map_err(|errors| {
+        anyhow::anyhow!("cannot load rules from {}:\n{errors}", config.display())
+    })?;
+    tracing::info!(
+        rules = rules.rule_count(),
+        domains = rules.domain_names().len(),
+        path = %config.display(),
+        "rules loaded"
+    );
+    Ok(rules)
+}
+
+/// The xDS settings when --xds-server is given; an error for settings that contradict each other.
+fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
+    let Some(server) = &args.xds_server else {
+        if args.force_start_without_initial_config {
+            bail!("--force-start-without-initial-config needs --xds-server (rule files must load)");
+        }
+        return Ok(None);
+    };
+    if let Some(config) = &args.config {
+        bail!(
+            "--config {} and --xds-server {server} both given: rules come either from files or \
+             from a control plane",
+            config.display()
+        );
+    }
+    Ok(Some(XdsOptions {
+        server: server.clone(),
+        node_id: args.xds_node_id.clone(),
+        node_metadata: args.xds_node_metadata.clone(),
+        retry_interval: args.xds_connect_retry_interval,
+        tls: XdsTls {
+            ca_file: args.xds_tls_ca_file.clone(),
+            cert_file: args.xds_tls_cert_file.clone(),
+            key_file: args.xds_tls_key_file.clone(),
+            server_name: args.xds_tls_server_name.clone(),
+        },
+        force_start: args.force_start_without_initial_config,
+    }))
 }
 
 /// The memory store, or Redis when a URL or cluster nodes are given.
@@ -416,7 +519,9 @@ fn log_effective_config(args: &ServeArgs) {
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        config = %args.config.display(),
+        config = %args.config.as_deref().unwrap_or(Path::new(DEFAULT_CONFIG)).display(),
+        xds_server = args.xds_server.as_deref().unwrap_or("-"),
+        xds_node_id = %args.xds_node_id,
         grpc_addr = %args.grpc_addr,
         http_addr = %args.http_addr,
         store,

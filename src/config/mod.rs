@@ -5,6 +5,7 @@
 //! - `tree`: the compiled descriptor-matching tree (a map per level, so cost does not grow with
 //!   the number of rules).
 //! - `reload`: watching the files and SIGHUP; all-or-nothing swaps of the live [`RuleSet`].
+//! - `source`: where rules come from (the files, or a control plane over xDS).
 //!
 //! The format is envoyproxy/ratelimit's (one file = one `domain`, nested `descriptors` with
 //! `key`, `value`, `rate_limit`, `shadow_mode`, `detailed_metric`, `value_to_metric`,
@@ -36,6 +37,7 @@ mod follow;
 mod load;
 mod model;
 pub mod reload;
+pub mod source;
 mod tree;
 mod validate;
 

@@ -1,6 +1,7 @@
 //! The serving state, shared by gRPC health (`grpc.health.v1.Health`) and `GET /healthcheck`.
 //!
-//! The service is SERVING while rules are loaded and the store answers, and NOT_SERVING from the
+//! The service is SERVING while rules are loaded (for xDS: once the control plane's first rules
+//! are in, or from the start when forced) and the store answers, and NOT_SERVING from the
 //! moment shutdown begins. A background task pings the store every second and flips the state;
 //! transitions are logged once, not on every ping.
 
@@ -31,6 +32,8 @@ pub struct Health {
     shutting_down: AtomicBool,
     /// Whether a check has run (the first result is logged whatever it is).
     checked: AtomicBool,
+    /// Set by a rule source that decides itself when its rules are in (see [`Health::gated`]).
+    rules_in: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -44,11 +47,22 @@ impl std::fmt::Debug for Health {
 impl Health {
     /// A NOT_SERVING state reporting to `reporter` (see [`tonic_health::server::health_reporter`]).
     pub async fn new(reporter: HealthReporter) -> Arc<Health> {
+        Health::build(reporter, None).await
+    }
+
+    /// As [`Health::new`], but rules count as loaded once `rules_in` is true, even when there are
+    /// none: a control plane that serves no rules means it (see `config::source::xds`).
+    pub async fn gated(reporter: HealthReporter, rules_in: Arc<AtomicBool>) -> Arc<Health> {
+        Health::build(reporter, Some(rules_in)).await
+    }
+
+    async fn build(reporter: HealthReporter, rules_in: Option<Arc<AtomicBool>>) -> Arc<Health> {
         let health = Arc::new(Health {
             reporter,
             serving: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             checked: AtomicBool::new(false),
+            rules_in,
         });
         health.publish(false).await;
         health
@@ -91,9 +105,12 @@ impl Health {
     /// Checks once: rules are loaded and the store answers a ping in time.
     pub async fn check(&self, limiter: &RateLimiter) {
         // An empty rule set (an empty config directory) answers OK to everything: not serving.
-        let rules_loaded = {
-            let rules = limiter.rules().load();
-            rules.rule_count() > 0 || !rules.domain_names().is_empty()
+        let rules_loaded = match &self.rules_in {
+            Some(rules_in) => rules_in.load(Ordering::SeqCst),
+            None => {
+                let rules = limiter.rules().load();
+                rules.rule_count() > 0 || !rules.domain_names().is_empty()
+            }
         };
         let store = match tokio::time::timeout(PING_TIMEOUT, limiter.store().ping()).await {
             Ok(Ok(())) => Ok(()),
