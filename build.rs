@@ -19,7 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = out_dir.join("rls_descriptor.bin");
     std::fs::write(out, protox::prost::Message::encode_to_vec(&descriptors))?;
 
-    let rule_resource = protox::compile(["ratelimit/config/ratelimit/v3/rls_conf.proto"], ["proto"])?;
+    let rule_resource =
+        protox::compile(["ratelimit/config/ratelimit/v3/rls_conf.proto"], ["proto"])?;
     prost_build::Config::new()
         .extern_path(
             ".google.protobuf.Struct",

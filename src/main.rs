@@ -310,7 +310,10 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
 
     let metrics = Arc::new(Metrics::new());
     let xds = xds_options(&args)?;
-    let config = args.config.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+    let config = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
     let rules = match &xds {
         Some(_) => RuleSet::empty(),
         None => load_rules(&config)?,

@@ -19,7 +19,10 @@ use crate::config::{Checksum, ConfigError, ConfigErrors, RuleSet, load_sources};
 /// The generated types of `proto/ratelimit/config/ratelimit/v3/rls_conf.proto`.
 pub mod proto {
     #![allow(missing_docs, clippy::all)]
-    include!(concat!(env!("OUT_DIR"), "/ratelimit.config.ratelimit.v3.rs"));
+    include!(concat!(
+        env!("OUT_DIR"),
+        "/ratelimit.config.ratelimit.v3.rs"
+    ));
 }
 
 use proto::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
@@ -269,9 +272,10 @@ mod tests {
     #[test]
     fn unsupported_fields_are_refused_with_their_path() {
         let mut metadata = envoy_types::pb::google::protobuf::Struct::default();
-        metadata
-            .fields
-            .insert("team".into(), envoy_types::pb::google::protobuf::Value::default());
+        metadata.fields.insert(
+            "team".into(),
+            envoy_types::pb::google::protobuf::Value::default(),
+        );
         let config = RateLimitConfig {
             name: "edge".into(),
             domain: "edge".into(),
@@ -292,7 +296,9 @@ mod tests {
                 ..Default::default()
             }],
         };
-        let errors = rules_from(&[any(&config)]).expect_err("refused").to_string();
+        let errors = rules_from(&[any(&config)])
+            .expect_err("refused")
+            .to_string();
         for expected in [
             "xds:edge: descriptors[0].descriptors[0].quota_mode: not supported",
             "xds:edge: descriptors[0].descriptors[0].metadata: not supported",
@@ -313,13 +319,23 @@ mod tests {
                 ..Default::default()
             }],
         };
-        let errors = rules_from(&[any(&config)]).expect_err("no unit").to_string();
+        let errors = rules_from(&[any(&config)])
+            .expect_err("no unit")
+            .to_string();
         assert!(
             errors.starts_with("xds:edge: descriptors[0].rate_limit.unit: missing `unit`"),
             "{errors}"
         );
-        let twice = [any(&config), any(&RateLimitConfig { name: "other".into(), ..config })];
-        let errors = rules_from(&twice).expect_err("duplicate domain").to_string();
+        let mut valid = config;
+        valid.descriptors[0].rate_limit = policy(RateLimitUnit::Second, 3);
+        let other = RateLimitConfig {
+            name: "other".into(),
+            ..valid.clone()
+        };
+        let twice = [any(&valid), any(&other)];
+        let errors = rules_from(&twice)
+            .expect_err("duplicate domain")
+            .to_string();
         assert!(errors.contains("duplicate domain `edge`"), "{errors}");
     }
 
@@ -349,6 +365,9 @@ mod tests {
             value: Vec::new(),
         };
         let errors = rules_from(&[resource]).expect_err("wrong type").to_string();
-        assert!(errors.starts_with("xds:resources[0]: type_url:"), "{errors}");
+        assert!(
+            errors.starts_with("xds:resources[0]: type_url:"),
+            "{errors}"
+        );
     }
 }

@@ -84,8 +84,8 @@ async fn session(
         Ok(channel) => channel,
         Err(error) => return Ended::Connect(error),
     };
-    let mut client =
-        AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
+    let mut client = AggregatedDiscoveryServiceClient::new(channel)
+        .max_decoding_message_size(MAX_RESPONSE_BYTES);
     let (requests, outgoing) = futures::channel::mpsc::unbounded();
     let subscribe = DiscoveryRequest {
         version_info: applier.version.clone(),
@@ -205,7 +205,13 @@ impl Applier {
         let count = rules.rule_count();
         let domains = rules.domain_names().len();
         self.live.store(Arc::new(rules));
-        tracing::info!(version, resources, domains, rules = count, "xDS rules applied");
+        tracing::info!(
+            version,
+            resources,
+            domains,
+            rules = count,
+            "xDS rules applied"
+        );
         let status = ConfigStatus {
             served: checksum,
             on_disk: Some(checksum),
@@ -231,4 +237,3 @@ impl Applier {
         self.status.store(Arc::new(status));
     }
 }
-
