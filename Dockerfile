@@ -1,14 +1,15 @@
 # syntax=docker/dockerfile:1
 # slidegate container image: docker build -t slidegate .
 #
-# Build stage: the profile-guided build of scripts/build-pgo, which spends about a third less CPU
-# per call than `cargo build --release` (BENCHMARKS.md). It builds twice (instrumented, then with
-# the profile) and trains the instrumented server for about 40 s on 127.0.0.1 in between, against
-# a local redis-server so that the Redis store is optimised too: about 13 minutes on 2 cores, and
-# it fetches rustup's llvm-tools. Each build links with fat LTO: give the builder at least 2 GB
-# of memory (a link peaks at 1.8 GB). The Cargo registry and target/ live in BuildKit cache
-# mounts. The builder is Debian bookworm like the runtime image, so the binary links against the
-# same glibc.
+# Build stage: the profile-guided build of scripts/build-pgo, which spends a fifth to a third less
+# CPU per call than `cargo build --release` (BENCHMARKS.md, In short). It builds twice
+# (instrumented, then with the profile) and trains the instrumented server for about 40 s on
+# 127.0.0.1 in between, against a local redis-server so that the Redis store is optimised too:
+# about 13 minutes on 2 cores, and it fetches rustup's llvm-tools. Each build links with fat LTO:
+# give the builder at least 2 GB of memory (a link peaks at 1.8 GB). The Cargo registry and
+# target/ live in BuildKit cache mounts, so the build needs BuildKit: Docker's default builder
+# since version 23; with an older engine, `DOCKER_BUILDKIT=1 docker build -t slidegate .`. The
+# builder is Debian bookworm like the runtime image, so the binary links against the same glibc.
 FROM rust:1-bookworm AS builder
 RUN apt-get update \
     && apt-get install -y --no-install-recommends redis-server \

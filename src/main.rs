@@ -49,10 +49,15 @@ enum Command {
     /// Serves gRPC (Envoy RateLimitService v3, health, reflection) and HTTP (/json, /check,
     /// /healthcheck, /rlconfig, /metrics). The default.
     Serve(ServeArgs),
-    /// Checks rule files: prints every error (exit 1) or a summary (exit 0).
+    /// Checks rule files: prints every error (exit 1) or a summary (exit 0), and a warning for
+    /// every file skipped and every value read differently from a strict YAML reading.
     CheckConfig {
-        /// A rule file, or a directory of `*.yaml`/`*.yml` files.
+        /// A rule file, or a directory of rule files (every file not starting with `.`).
         path: PathBuf,
+        /// The server's --max-entries: a rule deeper than this can never match (a request
+        /// reaching it would be refused), and is reported with a warning.
+        #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
+        max_entries: usize,
     },
     /// Loads any RateLimitService v3 server over gRPC and reports throughput, latency
     /// percentiles and allowed/denied/error counts (text and one JSON line).
@@ -65,8 +70,8 @@ enum Command {
 
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
-    /// Rule file or directory of `*.yaml` files; reloaded on change and on SIGHUP [default:
-    /// config]. Not with --xds-server.
+    /// Rule file or directory of rule files (every file not starting with `.`); reloaded on
+    /// change and on SIGHUP [default: config]. Not with --xds-server.
     #[arg(long, env = "SLIDEGATE_CONFIG")]
     config: Option<PathBuf>,
     /// Control plane that serves the rules over xDS instead of rule files (as Envoy Gateway serves
@@ -149,17 +154,21 @@ struct ServeArgs {
     /// Domain of /check requests that send no `x-ratelimit-domain` header.
     #[arg(long, env = "SLIDEGATE_CHECK_DOMAIN")]
     check_domain: Option<String>,
-    /// Most descriptors one request may carry.
+    /// Most descriptors one request may carry; more is refused (INVALID_ARGUMENT / 400): only a
+    /// proxy's configuration decides how many it sends.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = RequestLimits::default().max_descriptors)]
     max_descriptors: usize,
-    /// Most entries one descriptor may carry.
+    /// Most entries one descriptor may carry; more is refused, as for --max-descriptors.
     #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
     max_entries: usize,
-    /// Longest domain, entry key or entry value, in bytes.
+    /// Longest domain or entry key, in bytes (longer is refused). A longer entry value, which a
+    /// client can choose, is not refused: it is counted under its SHA-256 digest.
     #[arg(long, env = "SLIDEGATE_MAX_VALUE_BYTES", default_value_t = RequestLimits::default().max_value_bytes)]
     max_value_bytes: usize,
-    /// Most hits one descriptor may add (`hits_addend`, `x-ratelimit-hits`); more is refused as
-    /// invalid. A sliding log stores every hit, so this bounds the work one request can cause.
+    /// Most hits one request may add, summed over its counters (`hits_addend`,
+    /// `x-ratelimit-hits`; a counter checked with 0 hits counts 1). A sliding log stores every
+    /// hit, so this bounds the store's work for one request (and for one Redis script call). A
+    /// limited descriptor past it is answered over limit, and the request records nothing.
     #[arg(long, env = "SLIDEGATE_MAX_HITS", default_value_t = RequestLimits::default().max_hits)]
     max_hits: u64,
     /// Largest HTTP request body, in bytes (larger: 413).
@@ -196,22 +205,31 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::CheckConfig { path, max_entries }) => check_config(&path, max_entries),
         Some(Command::Serve(args)) => serve_main(args),
         Some(Command::Bench(args)) => bench_main(args),
         None => serve_main(cli.serve),
     }
 }
 
-/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and exit 0.
-fn check_config(path: &Path) -> ExitCode {
-    match slidegate::config::load_path(path) {
+/// `slidegate check-config PATH`: warnings (`warning: ` lines: files skipped, values read
+/// differently from a strict YAML reading, rules no request can reach) and errors on stderr, exit
+/// 1 on any error; else a summary on stdout and exit 0.
+fn check_config(path: &Path, max_entries: usize) -> ExitCode {
+    let checked = slidegate::config::check_path(path);
+    for warning in &checked.warnings {
+        eprintln!("warning: {warning}");
+    }
+    match checked.rules {
         Ok(rules) => {
-            println!(
-                "OK: {} rules in {} domains",
-                rules.rule_count(),
-                rules.domain_names().len()
-            );
+            for warning in unreachable_rules(&rules, max_entries) {
+                eprintln!("warning: {warning}");
+            }
+            let domains = rules.domain_names().len();
+            println!("OK: {} rules in {domains} domains", rules.rule_count());
+            if domains == 0 {
+                println!("(no rules: every request would be answered OK)");
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -219,6 +237,23 @@ fn check_config(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// One message per rule deeper than `max_entries`: no request can reach it, since a descriptor
+/// with more entries is refused.
+fn unreachable_rules(rules: &slidegate::config::RuleSet, max_entries: usize) -> Vec<String> {
+    rules
+        .rules()
+        .into_iter()
+        .filter(|rule| rule.depth > max_entries)
+        .map(|rule| {
+            format!(
+                "{}: rule {} of domain {} is {} levels deep, but a request carries at most \
+                 {max_entries} entries per descriptor (--max-entries): it can never match",
+                rule.source, rule.path, rule.domain, rule.depth
+            )
+        })
+        .collect()
 }
 
 /// `slidegate bench`: the load generator builds its own runtimes, one per thread.
@@ -316,7 +351,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
     let rules = match &xds {
         Some(_) => RuleSet::empty(),
-        None => load_rules(&config)?,
+        None => load_rules(&config, args.max_entries)?,
     };
     metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
@@ -442,7 +477,7 @@ enum RuleSource {
 }
 
 /// The rule files at start: without them slidegate does not start.
-fn load_rules(config: &Path) -> anyhow::Result<RuleSet> {
+fn load_rules(config: &Path, max_entries: usize) -> anyhow::Result<RuleSet> {
     let rules = slidegate::config::load_path(config).map_err(|errors| {
         anyhow::anyhow!("cannot load rules from {}:\n{errors}", config.display())
     })?;
@@ -452,6 +487,9 @@ fn load_rules(config: &Path) -> anyhow::Result<RuleSet> {
         path = %config.display(),
         "rules loaded"
     );
+    for warning in unreachable_rules(&rules, max_entries) {
+        tracing::warn!("{warning}");
+    }
     Ok(rules)
 }
 
@@ -501,6 +539,8 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
         deny_cache: args.redis_deny_cache,
         // One per worker thread, plus one for the main thread's health checks.
         connections: usize::from(args.workers) + 1,
+        // A script call batching several requests adds no more than one request may.
+        max_call_hits: args.max_hits,
     };
     let store = connect(&opts)
         .await

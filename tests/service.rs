@@ -476,10 +476,6 @@ async fn grpc_invalid_arguments() {
             request("test", vec![descriptor(&[(&long, "v")])]),
             "entries[0].key is 17 bytes",
         ),
-        (
-            request("test", vec![descriptor(&[("k", &long)])]),
-            "entries[0].value is 17 bytes",
-        ),
         (request(&long, vec![ok()]), "domain is 17 bytes"),
         (request("test", vec![bad_unit]), "limit.unit must be one of"),
         (
@@ -502,6 +498,14 @@ async fn grpc_invalid_arguments() {
     }
     // The server is still fine.
     let r = call(&mut client, request("test", vec![ok()])).await;
+    assert_eq!(r.overall_code(), Code::Ok);
+    // A value over --max-value-bytes, which a client can choose, is decided (counted under its
+    // digest), not refused.
+    let r = call(
+        &mut client,
+        request("test", vec![descriptor(&[("user", &long)])]),
+    )
+    .await;
     assert_eq!(r.overall_code(), Code::Ok);
 }
 
@@ -1081,6 +1085,31 @@ fn check_config_reports_rules_or_errors() {
         stderr.contains("bad.yaml") && stderr.contains("fortnight"),
         "{stderr}"
     );
+
+    // A rule deeper than --max-entries can never match: a warning, and the file still loads.
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        "domain: deep\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n            rate_limit: { unit: second, requests_per_unit: 1 }\n",
+    )
+    .expect("write");
+    for (max_entries, warned) in [("2", true), ("3", false)] {
+        let out = slidegate_command()
+            .arg("check-config")
+            .arg(&deep)
+            .args(["--max-entries", max_entries])
+            .output()
+            .expect("run");
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.contains("warning:")
+                && stderr.contains("a.b.c")
+                && stderr.contains("3 levels deep"),
+            warned,
+            "--max-entries {max_entries}: {stderr}"
+        );
+    }
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Rule configuration: envoyproxy/ratelimit-compatible YAML files with sliding-window extensions.
 //!
-//! - `model`: the YAML structures as written by users (serde, unknown keys rejected).
+//! - `read`: YAML as envoyproxy/ratelimit's parser (yaml.v2, YAML 1.1) reads it, every departure
+//!   from a strict reading a warning.
+//! - `model`: the YAML structures as written by users (unknown keys rejected).
 //! - `validate`/`load`: files or a directory into a [`RuleSet`], every error naming file and field.
 //! - `tree`: the compiled descriptor-matching tree (a map per level, so cost does not grow with
 //!   the number of rules).
@@ -19,9 +21,11 @@
 //! - `*` in a `value` matches any run of characters anywhere (envoyproxy/ratelimit only supports
 //!   a trailing `*`, which means the same here).
 //!
-//! Stricter than the reference, because a silently ignored line is a limit that does not apply:
-//! unknown keys, `shadow_mode`/`detailed_metric` on a node without a limit, and `replaces` naming
-//! no rule of the domain are errors.
+//! Unknown keys are errors, as in the reference. Stricter than the reference, because a silently
+//! ignored line is a limit that does not apply: `shadow_mode`/`detailed_metric` on a node without
+//! a limit, and `replaces` naming no rule of the domain are errors too. YAML is read as the
+//! reference's parser reads it (YAML 1.1, see `read`), with a warning for each difference from a
+//! strict reading.
 //!
 //! A [`Rule`] holds no counters. Counters are identified by (domain, entries as matched, window)
 //! in the store, so a reload that keeps a rule's path and window keeps its counts, and a reload
@@ -36,14 +40,15 @@ mod error;
 mod follow;
 mod load;
 mod model;
+mod read;
 pub mod reload;
 pub mod source;
 mod tree;
 mod validate;
 
 pub use checksum::Checksum;
-pub use error::{ConfigError, ConfigErrors};
-pub use load::{MAX_RULE_FILE_BYTES, load_path, load_sources};
+pub use error::{ConfigError, ConfigErrors, ConfigWarning};
+pub use load::{Checked, MAX_RULE_FILE_BYTES, check_path, load_path, load_sources};
 pub use tree::{DomainRules, RuleMatch, RuleSet};
 
 /// The unit of a limit, as in envoyproxy/ratelimit. Month is 30 days, year 365 days.
@@ -143,6 +148,9 @@ pub struct Rule {
     pub replaces: Vec<String>,
     /// Where the rule was defined (file path), for `/rlconfig` and errors.
     pub source: Arc<str>,
+    /// Levels from the root to the rule's node: the entries a descriptor needs to reach it
+    /// (`check-config` warns about rules deeper than `--max-entries`).
+    pub depth: usize,
 }
 
 impl Rule {

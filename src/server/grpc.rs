@@ -23,7 +23,6 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use futures::FutureExt as _;
 use futures::future::CatchUnwind;
 use futures::stream::{FuturesUnordered, StreamExt as _};
@@ -38,7 +37,7 @@ use tonic::Status;
 use tonic::codegen::Service;
 use tonic::service::Routes;
 
-use crate::service::grpc::{GrpcService, SHOULD_RATE_LIMIT};
+use crate::service::grpc::{GrpcService, RequestBytes, SHOULD_RATE_LIMIT};
 
 /// The largest request message, as tonic's default.
 const MAX_MESSAGE: usize = 4 << 20;
@@ -69,7 +68,7 @@ impl GrpcApp {
             Box::pin(unary(
                 request,
                 respond,
-                move |message: RateLimitRequest| async move { service.should_rate_limit(message).await },
+                move |message: RequestBytes| async move { service.should_rate_limit(message).await },
             ))
         } else {
             Box::pin(bridge(self.others.clone(), request, respond))
@@ -414,7 +413,7 @@ impl http_body::Body for Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
     fn timeout(value: &'static str) -> Option<Duration> {
         let mut headers = HeaderMap::new();

@@ -2,7 +2,8 @@
 //!
 //! - `POST /json`: [`super::json`] (envoyproxy/ratelimit-compatible JSON);
 //! - `/check` (any method): [`super::check`] (headers in, status code out; nginx, forward-auth);
-//! - `GET /healthcheck`: `200 OK` while serving, `503` otherwise (see [`super::health`]);
+//! - `GET /healthcheck`: `200 OK` while serving (`OK: no rules loaded` without rules), `503`
+//!   otherwise (see [`super::health`]);
 //! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`), after
 //!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
 //! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
@@ -52,7 +53,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
 
 async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
-    let response = match json::parse_request(&body) {
+    let response = match json::parse_request(&body, &state.limiter.options().limits) {
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
         Ok(request) => match state.limiter.should_rate_limit(&request.as_request()).await {
             Ok(decision) => {
@@ -76,7 +77,8 @@ async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
 
 async fn check_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let started = Instant::now();
-    let response = match check::parse(&headers, state.check_domain.as_deref()) {
+    let limits = &state.limiter.options().limits;
+    let response = match check::parse(&headers, state.check_domain.as_deref(), limits) {
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
         Ok(check) => match state
             .limiter
@@ -115,6 +117,10 @@ async fn check_handler(State(state): State<AppState>, headers: HeaderMap) -> Res
 
 async fn healthcheck(State(state): State<AppState>) -> Response {
     if state.health.is_serving() {
+        if state.limiter.rules().load().domain_names().is_empty() {
+            // Serving, as envoyproxy/ratelimit does, but every request is answered OK.
+            return (StatusCode::OK, "OK: no rules loaded\n").into_response();
+        }
         (StatusCode::OK, "OK\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "NOT_SERVING\n").into_response()

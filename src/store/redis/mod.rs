@@ -98,6 +98,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// Default capacity of the local deny cache (counters).
 pub const DEFAULT_DENY_CACHE: usize = 100_000;
 
+/// Default of [`RedisOptions::max_call_hits`]: the limiter's default budget for one request.
+pub const DEFAULT_MAX_CALL_HITS: u64 = 4096;
+
 /// How a socket reports a peer that stopped answering: unacknowledged data for this long fails
 /// the connection, which [`ConnectionManager`] then replaces.
 const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -124,6 +127,11 @@ pub struct RedisOptions {
     pub deny_cache: usize,
     /// Connections to open (lazily): one per thread that serves calls, see the `per_thread` module.
     pub connections: usize,
+    /// Most hits one script call may add, summed over its counters (a 0-hit check counts 1):
+    /// the limiter's budget for one request (`--max-hits`), so that batching several requests
+    /// into one call never holds Redis longer than the largest single request may. A request
+    /// alone always gets its call.
+    pub max_call_hits: u64,
 }
 
 impl Default for RedisOptions {
@@ -136,6 +144,7 @@ impl Default for RedisOptions {
             tls_ca_file: None,
             deny_cache: DEFAULT_DENY_CACHE,
             connections: 1,
+            max_call_hits: DEFAULT_MAX_CALL_HITS,
         }
     }
 }
@@ -174,6 +183,8 @@ pub struct RedisStore {
 struct Shared {
     prefix: String,
     timeout: Duration,
+    /// [`RedisOptions::max_call_hits`].
+    max_call_hits: u64,
     redactor: Redactor,
     /// Redacted endpoint(s), for Debug and messages.
     endpoint: String,
@@ -323,6 +334,7 @@ impl RedisStore {
             shared: Arc::new(Shared {
                 prefix: opts.prefix.clone(),
                 timeout: opts.timeout,
+                max_call_hits: opts.max_call_hits,
                 redactor,
                 endpoint,
             }),
@@ -682,37 +694,63 @@ impl Shared {
 async fn send_queued<C: LaneConn>(lane: Arc<Lane<C>>, shared: Arc<Shared>) {
     let mut queued = std::mem::take(&mut *lane.queue.lock());
     queued.retain(|q| !q.answer.is_closed());
-    let calls = batches(queued)
+    let calls = batches(queued, shared.max_call_hits)
         .into_iter()
         .map(|batch| send_batch(&lane, &shared, batch));
     join_all(calls).await;
 }
 
-/// `queued` in script calls: at most [`MAX_BATCH`] each, one slot each, in queue order per slot.
-fn batches(mut queued: Vec<Queued>) -> Vec<Vec<Queued>> {
+/// `queued` in script calls: at most [`MAX_BATCH`] each and at most `max_hits` hits each (but a
+/// request alone always), one slot each, in queue order per slot.
+fn batches(queued: Vec<Queued>, max_hits: u64) -> Vec<Vec<Queued>> {
+    let fits = |batch: &Vec<Queued>, hits: u64, cost: u64| {
+        batch.len() < MAX_BATCH && hits.saturating_add(cost) <= max_hits
+    };
     if queued.iter().all(|q| q.slot.is_none()) {
-        // Standalone: any requests may share a call, so chunking is all there is (a slot map here
-        // cost about 370 instructions per call).
-        let mut batches = Vec::new();
-        while !queued.is_empty() {
-            let rest = queued.split_off(queued.len().min(MAX_BATCH));
-            batches.push(std::mem::replace(&mut queued, rest));
+        // Standalone: any requests may share a call, so filling calls in order is all there is
+        // (a slot map here cost about 370 instructions per call).
+        let mut batches: Vec<Vec<Queued>> = Vec::new();
+        let mut hits = 0;
+        for q in queued {
+            let cost = call_cost(&q);
+            match batches.last_mut() {
+                Some(batch) if fits(batch, hits, cost) => {
+                    batch.push(q);
+                    hits += cost;
+                }
+                _ => {
+                    batches.push(vec![q]);
+                    hits = cost;
+                }
+            }
         }
         return batches;
     }
     let mut batches: Vec<Vec<Queued>> = Vec::new();
-    // The batch still taking requests of each slot.
-    let mut open: HashMap<Option<Slot>, usize> = HashMap::new();
+    // The batch still taking requests of each slot, and its hits.
+    let mut open: HashMap<Option<Slot>, (usize, u64)> = HashMap::new();
     for q in queued {
-        match open.get(&q.slot) {
-            Some(&b) if batches[b].len() < MAX_BATCH => batches[b].push(q),
+        let cost = call_cost(&q);
+        match open.get_mut(&q.slot) {
+            Some((b, hits)) if fits(&batches[*b], *hits, cost) => {
+                *hits += cost;
+                batches[*b].push(q);
+            }
             _ => {
-                open.insert(q.slot, batches.len());
+                open.insert(q.slot, (batches.len(), cost));
                 batches.push(vec![q]);
             }
         }
     }
     batches
+}
+
+/// What a request adds to a script call's work: its hits, a counter checked with 0 counting 1
+/// (as in the limiter's budget).
+fn call_cost(q: &Queued) -> u64 {
+    q.counters
+        .iter()
+        .fold(0u64, |sum, c| sum.saturating_add(c.hits.max(1)))
 }
 
 /// One script call for `batch`, each request answered with its part of the reply (or the error).
@@ -911,7 +949,7 @@ mod tests {
                 .collect()
         };
         let standalone = (0..20).map(|i| queued(None, i.to_string())).collect();
-        let batched = ids(batches(standalone));
+        let batched = ids(batches(standalone, DEFAULT_MAX_CALL_HITS));
         assert_eq!(batched.iter().map(Vec::len).collect::<Vec<_>>(), [16, 4]);
         assert_eq!(
             (batched[0][0].as_str(), batched[1][3].as_str()),
@@ -922,12 +960,45 @@ mod tests {
             .map(|(slot, id)| queued(Some(slot), id.to_string()))
             .collect();
         assert_eq!(
-            ids(batches(cluster)),
+            ids(batches(cluster, DEFAULT_MAX_CALL_HITS)),
             [vec!["a", "c"], vec!["b", "d"], vec!["e"]]
         );
         let one_slot = (0..33).map(|i| queued(Some(5), i.to_string())).collect();
-        let sizes: Vec<usize> = batches(one_slot).iter().map(Vec::len).collect();
+        let sizes: Vec<usize> = batches(one_slot, DEFAULT_MAX_CALL_HITS)
+            .iter()
+            .map(Vec::len)
+            .collect();
         assert_eq!(sizes, [16, 16, 1]);
+    }
+
+    #[test]
+    fn batches_add_up_to_at_most_max_call_hits() {
+        let queued = |slot: Option<u16>, hits: u64| Queued {
+            id: hits.to_string(),
+            provisional: false,
+            slot: slot.and_then(Slot::new),
+            counters: vec![Counter {
+                key: CounterKey::new("d", [("k", "v")], Duration::from_secs(1)),
+                limit: u64::MAX,
+                window: Duration::from_secs(1),
+                hits,
+                shadow: false,
+            }],
+            answer: oneshot::channel().0,
+        };
+        for slot in [None, Some(5)] {
+            // 4096 hits per call: 3000 + 1000 + 0 (counts 1) fill one, 4000 starts the next,
+            // and a request over the bound goes alone.
+            let queue = [3000, 1000, 0, 4000, 96, 5000, 1]
+                .map(|hits| queued(slot, hits))
+                .into_iter()
+                .collect();
+            let sizes: Vec<usize> = batches(queue, DEFAULT_MAX_CALL_HITS)
+                .iter()
+                .map(Vec::len)
+                .collect();
+            assert_eq!(sizes, [3, 2, 1, 1], "slot {slot:?}");
+        }
     }
 
     #[tokio::test]
