@@ -26,6 +26,9 @@ use slidegate::config::source::xds::proto::{
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 use support::{Slidegate, call, descriptor, metric_value, request, wait_until};
 
@@ -81,6 +84,24 @@ struct ControlPlane {
 
 impl ControlPlane {
     async fn start() -> ControlPlane {
+        ControlPlane::start_with(tonic::transport::Server::builder()).await
+    }
+
+    /// A control plane that requires TLS with a client certificate signed by `ca`'s CA, as Envoy
+    /// Gateway's does.
+    async fn start_mtls(ca: &support::TestCa) -> ControlPlane {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        let read = |path: &std::path::Path| std::fs::read(path).expect("read test certificate");
+        let tls = ServerTlsConfig::new()
+            .identity(Identity::from_pem(read(&ca.cert_file), read(&ca.key_file)))
+            .client_ca_root(Certificate::from_pem(read(&ca.ca_file)));
+        let builder = tonic::transport::Server::builder()
+            .tls_config(tls)
+            .expect("server TLS");
+        ControlPlane::start_with(builder).await
+    }
+
+    async fn start_with(mut builder: tonic::transport::Server) -> ControlPlane {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -92,7 +113,7 @@ impl ControlPlane {
         };
         let service = AggregatedDiscoveryServiceServer::new(ads.clone());
         tokio::spawn(
-            tonic::transport::Server::builder()
+            builder
                 .add_service(service)
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
@@ -192,6 +213,18 @@ async fn decide(server: &Slidegate, domain: &str, key: &str) -> Code {
     .overall_code()
 }
 
+/// The gRPC health status envoyproxy/ratelimit's clients ask for (service `ratelimit`).
+async fn grpc_health(server: &Slidegate) -> ServingStatus {
+    let request = HealthCheckRequest {
+        service: "ratelimit".into(),
+    };
+    let response = HealthClient::new(server.channel().await)
+        .check(request)
+        .await
+        .expect("gRPC health answers");
+    response.into_inner().status()
+}
+
 fn ready(server: &Slidegate) -> bool {
     server.get("/healthcheck").0 == 200
 }
@@ -224,6 +257,7 @@ async fn rules_from_the_control_plane_are_enforced_and_acknowledged() {
         503,
         "ready before the first rules"
     );
+    assert_eq!(grpc_health(&server).await, ServingStatus::NotServing);
 
     control_plane.push("1", "nonce-1", &[domain("edge", "user", 2)]);
     let ack = control_plane.next_request().await;
@@ -233,6 +267,7 @@ async fn rules_from_the_control_plane_are_enforced_and_acknowledged() {
     assert!(ack.error_detail.is_none(), "{:?}", ack.error_detail);
 
     wait_ready(&server);
+    assert_eq!(grpc_health(&server).await, ServingStatus::Serving);
     assert_eq!(decide(&server, "edge", "user").await, Code::Ok);
     assert_eq!(decide(&server, "edge", "user").await, Code::Ok);
     assert_eq!(decide(&server, "edge", "user").await, Code::OverLimit);
@@ -383,6 +418,38 @@ async fn forced_start_is_ready_without_rules_and_allows() {
     assert_eq!(ack.version_info, "1");
     assert!(ack.error_detail.is_none());
     assert!(ready(&server));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_arrive_over_mutual_tls() {
+    let ca = support::TestCa::new();
+    let mut control_plane = ControlPlane::start_mtls(&ca).await;
+    // As Envoy Gateway configures it: `host:port`, TLS because TLS files are given.
+    let address = format!("127.0.0.1:{}", control_plane.port);
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let (ca_file, cert_file, key_file) =
+        (path(&ca.ca_file), path(&ca.cert_file), path(&ca.key_file));
+    let server = Slidegate::start_without_config(&[
+        "--xds-server",
+        &address,
+        "--xds-node-id",
+        "envoy-ratelimit",
+        "--xds-tls-ca-file",
+        &ca_file,
+        "--xds-tls-cert-file",
+        &cert_file,
+        "--xds-tls-key-file",
+        &key_file,
+    ]);
+    let subscribe = control_plane.next_request().await;
+    assert_eq!(
+        subscribe.node.map(|n| n.id).as_deref(),
+        Some("envoy-ratelimit")
+    );
+    control_plane.push("1", "n1", &[domain("alpha", "k", 0)]);
+    assert_eq!(control_plane.next_request().await.version_info, "1");
+    wait_ready(&server);
+    assert_eq!(decide(&server, "alpha", "k").await, Code::OverLimit);
 }
 
 #[test]
