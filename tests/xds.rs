@@ -34,13 +34,16 @@ use support::{Slidegate, call, descriptor, metric_value, request, wait_until};
 
 type Responses = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, Status>> + Send>>;
 
+/// Where the test pushes what one stream sends.
+type StreamSender = UnboundedSender<Result<DiscoveryResponse, Status>>;
+
 /// The server side of ADS, driven by the test: what each stream sends is pushed by the test, what
 /// slidegate sends is handed to the test in order.
 #[derive(Clone)]
 struct Ads {
     requests: UnboundedSender<DiscoveryRequest>,
     /// The sender of the newest stream's responses.
-    current: Arc<Mutex<Option<UnboundedSender<Result<DiscoveryResponse, Status>>>>>,
+    current: Arc<Mutex<Option<StreamSender>>>,
 }
 
 #[tonic::async_trait]
