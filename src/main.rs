@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use arc_swap::ArcSwap;
 use clap::builder::BoolishValueParser;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
@@ -71,9 +71,14 @@ enum Command {
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
     /// Rule file or directory of rule files (every file not starting with `.`); reloaded on
-    /// change and on SIGHUP [default: config]. Not with --xds-server.
+    /// change and on SIGHUP [default: config]. Not with --xds-server (which overrides
+    /// SLIDEGATE_CONFIG).
     #[arg(long, env = "SLIDEGATE_CONFIG")]
     config: Option<PathBuf>,
+    /// Whether `config` came from `SLIDEGATE_CONFIG` (an image's default, perhaps) rather than
+    /// the command line: --xds-server then overrides it instead of conflicting.
+    #[arg(skip)]
+    config_from_env: bool,
     /// Control plane that serves the rules over xDS instead of rule files (as Envoy Gateway serves
     /// envoyproxy/ratelimit: `RateLimitConfig` resources, ADS, state of the world): `host:port`,
     /// `http://host:port` or `https://host:port`. With it no rule files are read.
@@ -203,12 +208,25 @@ enum LogFormat {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    let serve_matches = matches.subcommand_matches("serve").unwrap_or(&matches);
+    let config_from_env =
+        serve_matches.value_source("config") == Some(clap::parser::ValueSource::EnvVariable);
     match cli.command {
         Some(Command::CheckConfig { path, max_entries }) => check_config(&path, max_entries),
-        Some(Command::Serve(args)) => serve_main(args),
+        Some(Command::Serve(args)) => serve_main(ServeArgs {
+            config_from_env,
+            ..args
+        }),
         Some(Command::Bench(args)) => bench_main(args),
-        None => serve_main(cli.serve),
+        None => serve_main(ServeArgs {
+            config_from_env,
+            ..cli.serve
+        }),
     }
 }
 
@@ -494,6 +512,8 @@ fn load_rules(config: &Path, max_entries: usize) -> anyhow::Result<RuleSet> {
 }
 
 /// The xDS settings when --xds-server is given; an error for settings that contradict each other.
+/// `--config` on the command line contradicts it; `SLIDEGATE_CONFIG` may be an image's default
+/// (slidegate's own sets it), so --xds-server overrides it with a warning.
 fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
     let Some(server) = &args.xds_server else {
         if args.force_start_without_initial_config {
@@ -501,14 +521,7 @@ fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
         }
         return Ok(None);
     };
-    if let Some(config) = &args.config {
-        bail!(
-            "--config {} and --xds-server {server} both given: rules come either from files or \
-             from a control plane",
-            config.display()
-        );
-    }
-    Ok(Some(XdsOptions {
+    let options = XdsOptions {
         server: server.clone(),
         node_id: args.xds_node_id.clone(),
         node_metadata: args.xds_node_metadata.clone(),
@@ -520,7 +533,23 @@ fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
             server_name: args.xds_tls_server_name.clone(),
         },
         force_start: args.force_start_without_initial_config,
-    }))
+    };
+    if let Some(config) = &args.config {
+        if args.config_from_env {
+            // slidegate's own image sets SLIDEGATE_CONFIG for its bundled rules.
+            tracing::warn!(
+                config = %config.display(),
+                "SLIDEGATE_CONFIG is ignored: rules come from --xds-server"
+            );
+        } else {
+            bail!(
+                "--config {} and --xds-server {server} both given: rules come either from files \
+                 or from a control plane",
+                config.display()
+            );
+        }
+    }
+    Ok(Some(options))
 }
 
 /// The memory store, or Redis when a URL or cluster nodes are given.

@@ -466,3 +466,26 @@ fn rule_files_and_a_control_plane_together_are_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("both given"), "{stderr}");
 }
+
+#[test]
+fn a_control_plane_overrides_slidegate_config_from_the_environment() {
+    // slidegate's image sets SLIDEGATE_CONFIG; a deployment adding SLIDEGATE_XDS_SERVER must start.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("slidegate.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let (grpc, http) = (support::free_port(), support::free_port());
+    let child = support::slidegate_command()
+        .args(["serve", "--xds-server", "127.0.0.1:1"])
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .env("SLIDEGATE_CONFIG", "config")
+        .stderr(log)
+        .spawn()
+        .expect("spawn slidegate");
+    let _process = support::KillOnDrop(child);
+    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let listening = wait_until(Duration::from_secs(20), || read_log().contains("listening"));
+    let log = read_log();
+    assert!(listening, "{log}");
+    assert!(log.contains("SLIDEGATE_CONFIG is ignored"), "{log}");
+}
