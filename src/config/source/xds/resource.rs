@@ -359,6 +359,73 @@ mod tests {
     }
 
     #[test]
+    fn values_are_kept_as_sent_whatever_yaml_would_make_of_them() {
+        let tricky = [
+            "yes",
+            "no",
+            "on",
+            "off",
+            "y",
+            "n",
+            "true",
+            "~",
+            "null",
+            "010",
+            "0x1F",
+            "1_000",
+            "1e3",
+            ".5",
+            "-",
+            "*",
+            "a: b",
+            "#x",
+            "'q'",
+            "\"d\"",
+            "<<",
+            "&a",
+            "*a",
+            "[1]",
+            "{}",
+            " lead",
+            "trail ",
+            "multi\nline",
+            "tab\t",
+            "é",
+            "",
+        ];
+        let descriptors = tricky
+            .iter()
+            .map(|value| RateLimitDescriptor {
+                key: format!("k{value}"),
+                value: (*value).to_owned(),
+                rate_limit: policy(RateLimitUnit::Second, 1),
+                ..Default::default()
+            })
+            .collect();
+        let config = RateLimitConfig {
+            name: "edge".into(),
+            domain: "010".into(),
+            descriptors,
+        };
+        let rules = rules_from(&[any(&config)]).expect("valid");
+        assert_eq!(rules.domain_names(), ["010"]);
+        let mut paths: Vec<String> = rules.rules().iter().map(|r| r.path.clone()).collect();
+        let mut expected: Vec<String> = tricky
+            .iter()
+            .map(|v| {
+                if v.is_empty() {
+                    "k".to_owned()
+                } else {
+                    format!("k{v}_{v}")
+                }
+            })
+            .collect();
+        paths.sort();
+        expected.sort();
+        assert_eq!(paths, expected);
+    }
+
+    #[test]
     fn a_resource_of_another_type_is_refused() {
         let resource = Any {
             type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
