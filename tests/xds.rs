@@ -104,8 +104,13 @@ impl ControlPlane {
         ControlPlane::start_with(builder).await
     }
 
-    async fn start_with(mut builder: tonic::transport::Server) -> ControlPlane {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    async fn start_with(builder: tonic::transport::Server) -> ControlPlane {
+        ControlPlane::start_on(builder, 0).await
+    }
+
+    /// A plain control plane on `port` (0: any free port).
+    async fn start_on(mut builder: tonic::transport::Server, port: u16) -> ControlPlane {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
@@ -406,6 +411,31 @@ async fn a_dropped_stream_keeps_the_rules_and_reconnects() {
     control_plane.push("8", "n2", &[domain("alpha", "k", 100)]);
     assert_eq!(control_plane.next_request().await.version_info, "8");
     assert_eq!(decide(&server, "alpha", "k").await, Code::Ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_that_comes_up_later_is_reached() {
+    // slidegate first, as when its pod starts before Envoy Gateway's: nothing listens yet.
+    let port = support::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let server = Slidegate::start_without_config(&[
+        "--xds-server",
+        &url,
+        "--xds-connect-retry-interval",
+        "100ms",
+    ]);
+    let refused = wait_until(Duration::from_secs(10), || {
+        server.log().contains("cannot connect")
+    });
+    assert!(refused, "{}", server.log());
+    assert!(!ready(&server));
+
+    let mut control_plane = ControlPlane::start_on(tonic::transport::Server::builder(), port).await;
+    assert_eq!(control_plane.next_request().await.version_info, "");
+    control_plane.push("1", "n1", &[domain("alpha", "k", 0)]);
+    assert_eq!(control_plane.next_request().await.version_info, "1");
+    wait_ready(&server);
+    assert_eq!(decide(&server, "alpha", "k").await, Code::OverLimit);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

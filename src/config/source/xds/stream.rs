@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -26,17 +26,14 @@ const INVALID_ARGUMENT: i32 = 3;
 /// Keeps streams open for as long as the task runs, waiting between attempts.
 pub(super) async fn run(options: XdsOptions, endpoint: Endpoint, mut applier: Applier) {
     let node = connect::node(&options);
-    let max_wait = MAX_RETRY_INTERVAL.max(options.retry_interval);
-    let mut wait = options.retry_interval;
+    let mut backoff = Backoff::new(options.retry_interval);
     loop {
         let mut received = false;
         let ended = session(&endpoint, &node, &mut applier, &mut received).await;
-        if received {
-            // The stream worked: the next trouble is a new one, retried quickly.
-            wait = options.retry_interval;
-        }
         // Jitter, so that replicas cut off together do not all come back at the same instant.
-        let pause = wait.mul_f64(rand::random_range(0.8..1.2));
+        let pause = backoff
+            .after(received)
+            .mul_f64(rand::random_range(0.8..1.2));
         tracing::warn!(
             server = %options.server,
             reason = %ended,
@@ -44,9 +41,35 @@ pub(super) async fn run(options: XdsOptions, endpoint: Endpoint, mut applier: Ap
             "xDS stream to the control plane ended; the rules in force stay until it is back"
         );
         tokio::time::sleep(pause).await;
-        if !received {
-            wait = wait.saturating_mul(2).min(max_wait);
+    }
+}
+
+/// The wait before the next connection attempt: the retry interval, doubled after each attempt
+/// that got no response, up to [`MAX_RETRY_INTERVAL`] (or the interval, if longer). A stream that
+/// delivered a response starts the sequence again: the next trouble is a new one.
+struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(first: Duration) -> Backoff {
+        Backoff {
+            first,
+            max: MAX_RETRY_INTERVAL.max(first),
+            next: first,
         }
+    }
+
+    /// The wait after a stream ended; `received`: whether it delivered a response.
+    fn after(&mut self, received: bool) -> Duration {
+        if received {
+            self.next = self.first;
+        }
+        let wait = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max);
+        wait
     }
 }
 
@@ -235,5 +258,25 @@ impl Applier {
         status.on_disk = None;
         (self.hook)(&ReloadOutcome::Failed(errors.clone()), &status);
         self.status.store(Arc::new(status));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_starts_again_after_a_response() {
+        let ms = Duration::from_millis;
+        let mut backoff = Backoff::new(ms(20_000));
+        let waits: Vec<Duration> = [false, false, false, false, true, false]
+            .into_iter()
+            .map(|received| backoff.after(received))
+            .collect();
+        let expected = [20_000, 40_000, 60_000, 60_000, 20_000, 40_000].map(ms);
+        assert_eq!(waits, expected);
+        // An interval longer than the cap is used as it is.
+        let mut slow = Backoff::new(ms(90_000));
+        assert_eq!([slow.after(false), slow.after(false)], [ms(90_000); 2]);
     }
 }
