@@ -78,7 +78,7 @@ impl Backoff {
 enum Ended {
     #[error("cannot connect: {}", chain(.0))]
     Connect(tonic::transport::Error),
-    #[error("{}", .0.message())]
+    #[error("{:?}: {}", .0.code(), .0.message())]
     Status(tonic::Status),
     #[error("the control plane closed the stream")]
     Closed,
@@ -122,6 +122,7 @@ async fn session(
         Ok(responses) => responses.into_inner(),
         Err(status) => return Ended::Status(status),
     };
+    tracing::info!(version = %applier.version, "xDS stream to the control plane open");
     loop {
         match responses.message().await {
             Ok(Some(response)) => {
