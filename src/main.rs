@@ -10,12 +10,14 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use arc_swap::ArcSwap;
 use clap::builder::BoolishValueParser;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
 
+use slidegate::config::RuleSet;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
+use slidegate::config::source::xds::{XdsOptions, XdsSource, XdsTls};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
@@ -70,9 +72,51 @@ enum Command {
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
     /// Rule file or directory of rule files (every file not starting with `.`); reloaded on
-    /// change and on SIGHUP.
-    #[arg(long, env = "SLIDEGATE_CONFIG", default_value = "config")]
-    config: PathBuf,
+    /// change and on SIGHUP [default: config]. Not with --xds-server (which overrides
+    /// SLIDEGATE_CONFIG).
+    #[arg(long, env = "SLIDEGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Whether `config` came from `SLIDEGATE_CONFIG` (an image's default, perhaps) rather than
+    /// the command line: --xds-server then overrides it instead of conflicting.
+    #[arg(skip)]
+    config_from_env: bool,
+    /// Control plane that serves the rules over xDS instead of rule files (as Envoy Gateway serves
+    /// envoyproxy/ratelimit: `RateLimitConfig` resources, ADS, state of the world): `host:port`,
+    /// `http://host:port` or `https://host:port`. With it no rule files are read.
+    #[arg(long, env = "SLIDEGATE_XDS_SERVER")]
+    xds_server: Option<String>,
+    /// Node id sent to the control plane, which chooses the rules by it (Envoy Gateway serves
+    /// `envoy-ratelimit`).
+    #[arg(long, env = "SLIDEGATE_XDS_NODE_ID", default_value = "default")]
+    xds_node_id: String,
+    /// Node metadata sent to the control plane: `key=value` pairs, comma-separated.
+    #[arg(long, env = "SLIDEGATE_XDS_NODE_METADATA", value_delimiter = ',',
+          value_parser = slidegate::config::source::xds::parse_metadata_pair)]
+    xds_node_metadata: Vec<(String, String)>,
+    /// First wait before connecting to the control plane again after a failure, e.g. `3s`; it
+    /// doubles after each failed attempt, up to 60 s.
+    #[arg(long, env = "SLIDEGATE_XDS_CONNECT_RETRY_INTERVAL", default_value = "3s", value_parser = humantime::parse_duration)]
+    xds_connect_retry_interval: Duration,
+    /// PEM file of CA certificates to verify the control plane with (turns TLS on) [default: the
+    /// system roots, for `https://`].
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_CA_FILE")]
+    xds_tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate chain shown to the control plane (mutual TLS; turns TLS on; needs
+    /// --xds-tls-key-file).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_CERT_FILE")]
+    xds_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --xds-tls-cert-file.
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_KEY_FILE")]
+    xds_tls_key_file: Option<PathBuf>,
+    /// Name to verify in the control plane's certificate when it is not the host of
+    /// --xds-server (turns TLS on).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_SERVER_NAME")]
+    xds_tls_server_name: Option<String>,
+    /// With --xds-server: report ready before the control plane has sent rules. Until they arrive
+    /// no request matches a rule, so every request is allowed.
+    #[arg(long, env = "SLIDEGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    force_start_without_initial_config: bool,
     /// Address of the gRPC server (RateLimitService, health, reflection).
     #[arg(long, env = "SLIDEGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     grpc_addr: SocketAddr,
@@ -197,12 +241,25 @@ enum LogFormat {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    let serve_matches = matches.subcommand_matches("serve").unwrap_or(&matches);
+    let config_from_env =
+        serve_matches.value_source("config") == Some(clap::parser::ValueSource::EnvVariable);
     match cli.command {
         Some(Command::CheckConfig { path, max_entries }) => check_config(&path, max_entries),
-        Some(Command::Serve(args)) => serve_main(args),
+        Some(Command::Serve(args)) => serve_main(ServeArgs {
+            config_from_env,
+            ..args
+        }),
         Some(Command::Bench(args)) => bench_main(args),
-        None => serve_main(cli.serve),
+        None => serve_main(ServeArgs {
+            config_from_env,
+            ..cli.serve
+        }),
     }
 }
 
@@ -338,21 +395,15 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     log_effective_config(&args);
 
     let metrics = Arc::new(Metrics::new());
-    let rules = slidegate::config::load_path(&args.config).map_err(|errors| {
-        anyhow::anyhow!(
-            "cannot load rules from {}:\n{errors}",
-            args.config.display()
-        )
-    })?;
-    tracing::info!(
-        rules = rules.rule_count(),
-        domains = rules.domain_names().len(),
-        path = %args.config.display(),
-        "rules loaded"
-    );
-    for warning in unreachable_rules(&rules, args.max_entries) {
-        tracing::warn!("{warning}");
-    }
+    let xds = xds_options(&args)?;
+    let config = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+    let rules = match &xds {
+        Some(_) => RuleSet::empty(),
+        None => load_rules(&config, args.max_entries)?,
+    };
     metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
     let reload_metrics = Arc::clone(&metrics);
@@ -365,9 +416,22 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         }
         reload_metrics.set_config_status(status);
     });
-    let reloader = Reloader::spawn(args.config.clone(), Arc::clone(&live), hook, hangup)
-        .with_context(|| format!("cannot watch {}", args.config.display()))?;
-    metrics.set_config_status(&reloader.status().load());
+    // Kept until the end: dropping the source stops it.
+    let source = match xds {
+        Some(options) => RuleSource::Xds(
+            XdsSource::spawn(options, Arc::clone(&live), hook)
+                .context("cannot start the xDS client")?,
+        ),
+        None => RuleSource::Files(
+            Reloader::spawn(config.clone(), Arc::clone(&live), hook, hangup)
+                .with_context(|| format!("cannot watch {}", config.display()))?,
+        ),
+    };
+    let config_status = match &source {
+        RuleSource::Files(reloader) => reloader.status(),
+        RuleSource::Xds(xds) => xds.status(),
+    };
+    metrics.set_config_status(&config_status.load());
 
     let store = open_store(&args).await?;
     let options = Options {
@@ -385,7 +449,10 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health_service = health_service.max_decoding_message_size(BRIDGED_MESSAGE);
-    let health = Health::new(reporter).await;
+    let health = match &source {
+        RuleSource::Files(_) => Health::new(reporter).await,
+        RuleSource::Xds(xds) => Health::gated(reporter, xds.ready()).await,
+    };
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));
 
@@ -422,7 +489,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
                 limiter: Arc::clone(&limiter),
                 health: Arc::clone(&health),
                 check_domain: args.check_domain.clone(),
-                config_status: reloader.status(),
+                config_status,
             },
             args.max_body_bytes,
         ),
@@ -472,6 +539,73 @@ fn server_limits(args: &ServeArgs) -> ServerLimits {
     }
 }
 
+/// The rule path when neither --config nor --xds-server is given.
+const DEFAULT_CONFIG: &str = "config";
+
+/// Where the rules come from; dropping it stops the watching or the xDS client.
+enum RuleSource {
+    Files(Reloader),
+    Xds(XdsSource),
+}
+
+/// The rule files at start: without them slidegate does not start.
+fn load_rules(config: &Path, max_entries: usize) -> anyhow::Result<RuleSet> {
+    let rules = slidegate::config::load_path(config).map_err(|errors| {
+        anyhow::anyhow!("cannot load rules from {}:\n{errors}", config.display())
+    })?;
+    tracing::info!(
+        rules = rules.rule_count(),
+        domains = rules.domain_names().len(),
+        path = %config.display(),
+        "rules loaded"
+    );
+    for warning in unreachable_rules(&rules, max_entries) {
+        tracing::warn!("{warning}");
+    }
+    Ok(rules)
+}
+
+/// The xDS settings when --xds-server is given; an error for settings that contradict each other.
+/// `--config` on the command line contradicts it; `SLIDEGATE_CONFIG` may be an image's default
+/// (slidegate's own sets it), so --xds-server overrides it with a warning.
+fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
+    let Some(server) = &args.xds_server else {
+        if args.force_start_without_initial_config {
+            bail!("--force-start-without-initial-config needs --xds-server (rule files must load)");
+        }
+        return Ok(None);
+    };
+    let options = XdsOptions {
+        server: server.clone(),
+        node_id: args.xds_node_id.clone(),
+        node_metadata: args.xds_node_metadata.clone(),
+        retry_interval: args.xds_connect_retry_interval,
+        tls: XdsTls {
+            ca_file: args.xds_tls_ca_file.clone(),
+            cert_file: args.xds_tls_cert_file.clone(),
+            key_file: args.xds_tls_key_file.clone(),
+            server_name: args.xds_tls_server_name.clone(),
+        },
+        force_start: args.force_start_without_initial_config,
+    };
+    if let Some(config) = &args.config {
+        if args.config_from_env {
+            // slidegate's own image sets SLIDEGATE_CONFIG for its bundled rules.
+            tracing::warn!(
+                config = %config.display(),
+                "SLIDEGATE_CONFIG is ignored: rules come from --xds-server"
+            );
+        } else {
+            bail!(
+                "--config {} and --xds-server {server} both given: rules come either from files \
+                 or from a control plane",
+                config.display()
+            );
+        }
+    }
+    Ok(Some(options))
+}
+
 /// The memory store, or Redis when a URL or cluster nodes are given.
 async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
     if args.redis_url.is_none() && args.redis_cluster.is_empty() {
@@ -511,7 +645,9 @@ fn log_effective_config(args: &ServeArgs) {
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        config = %args.config.display(),
+        config = %args.config.as_deref().unwrap_or(Path::new(DEFAULT_CONFIG)).display(),
+        xds_server = args.xds_server.as_deref().unwrap_or("-"),
+        xds_node_id = %args.xds_node_id,
         grpc_addr = %args.grpc_addr,
         http_addr = %args.http_addr,
         store,

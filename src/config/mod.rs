@@ -7,6 +7,7 @@
 //! - `tree`: the compiled descriptor-matching tree (a map per level, so cost does not grow with
 //!   the number of rules).
 //! - `reload`: watching the files and SIGHUP; all-or-nothing swaps of the live [`RuleSet`].
+//! - `source`: where rules come from (the files, or a control plane over xDS).
 //!
 //! The format is envoyproxy/ratelimit's (one file = one `domain`, nested `descriptors` with
 //! `key`, `value`, `rate_limit`, `shadow_mode`, `detailed_metric`, `value_to_metric`,
@@ -41,6 +42,7 @@ mod load;
 mod model;
 mod read;
 pub mod reload;
+pub mod source;
 mod tree;
 mod validate;
 
