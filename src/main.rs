@@ -1,6 +1,7 @@
 //! The `slidegate` command line: `serve` (the default), `check-config` and `bench`. Wiring only: the
 //! behaviour lives in the library.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,11 +11,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use arc_swap::ArcSwap;
 use clap::builder::BoolishValueParser;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
 
+use slidegate::compat::Translation;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
@@ -154,13 +157,46 @@ enum LogFormat {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (cli, compat) = match parse_cli(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!("slidegate: {error}");
+            // As clap does for a bad flag.
+            return ExitCode::from(2);
+        }
+    };
     match cli.command {
         Some(Command::CheckConfig { path }) => check_config(&path),
-        Some(Command::Serve(args)) => serve_main(args),
+        Some(Command::Serve(args)) => serve_main(args, compat),
         Some(Command::Bench(args)) => bench_main(args),
-        None => serve_main(cli.serve),
+        None => serve_main(cli.serve, compat),
     }
+}
+
+/// The command line, with envoyproxy/ratelimit's environment ([`slidegate::compat`]) filling in
+/// the `serve` settings that neither a flag nor a `SLIDEGATE_*` variable set. Those settings are
+/// appended as flags and the command line parsed again, so that clap checks them as it checks
+/// any flag.
+fn parse_cli(
+    mut args: Vec<OsString>,
+) -> Result<(Cli, Option<Translation>), slidegate::compat::CompatError> {
+    let matches = Cli::command().get_matches_from(&args);
+    let serve = match matches.subcommand() {
+        None => &matches,
+        Some(("serve", serve)) => serve,
+        Some(_) => return Ok((from_matches(&matches), None)),
+    };
+    let Some(translation) = slidegate::compat::translate(|name| std::env::var(name).ok())? else {
+        return Ok((from_matches(&matches), None));
+    };
+    let unset = |id: &str| matches!(serve.value_source(id), None | Some(ValueSource::DefaultValue));
+    let extra = translation.settings.iter().filter(|setting| unset(setting.id));
+    args.extend(extra.map(|setting| OsString::from(setting.arg())));
+    Ok((Cli::parse_from(args), Some(translation)))
+}
+
+fn from_matches(matches: &clap::ArgMatches) -> Cli {
+    Cli::from_arg_matches(matches).unwrap_or_else(|error| error.exit())
 }
 
 /// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and exit 0.
@@ -205,10 +241,13 @@ fn bench_main(args: slidegate::bench::BenchArgs) -> ExitCode {
     }
 }
 
-fn serve_main(args: ServeArgs) -> ExitCode {
+fn serve_main(args: ServeArgs, compat: Option<Translation>) -> ExitCode {
     if let Err(error) = init_logging(&args) {
         eprintln!("slidegate: {error:#}");
         return ExitCode::FAILURE;
+    }
+    if let Some(translation) = compat {
+        log_compat(&translation);
     }
     // The main thread runs start-up, the acceptors, reloads, health checks and the Redis
     // connection; the calls themselves run on the workers (`slidegate::server`).
@@ -417,6 +456,34 @@ fn log_effective_config(args: &ServeArgs) {
     );
 }
 
+/// What envoyproxy/ratelimit's environment set, and, in one warning, what it asked for that
+/// slidegate does not do.
+fn log_compat(translation: &Translation) {
+    let mapped: Vec<String> = translation
+        .settings
+        .iter()
+        .map(|setting| format!("{} -> --{}", setting.from, setting.id.replace('_', "-")))
+        .collect();
+    tracing::info!(
+        mapped = %mapped.join(", "),
+        "envoyproxy/ratelimit environment read (slidegate's own flags and SLIDEGATE_* variables take precedence)"
+    );
+    if translation.unhonoured.is_empty() {
+        return;
+    }
+    let variables: Vec<&str> = translation.unhonoured.iter().map(|u| u.variable).collect();
+    let reasons: Vec<String> = translation
+        .unhonoured
+        .iter()
+        .map(|u| format!("{}: {}", u.variable, u.why))
+        .collect();
+    tracing::warn!(
+        variables = %variables.join(","),
+        reasons = %reasons.join("; "),
+        "envoyproxy/ratelimit settings not honoured by slidegate"
+    );
+}
+
 /// One worker per core the process may use.
 fn default_workers() -> u16 {
     std::thread::available_parallelism().map_or(1, |n| u16::try_from(n.get()).unwrap_or(u16::MAX))
@@ -431,4 +498,21 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every setting the compatibility layer produces is a `serve` flag.
+    #[test]
+    fn compat_settings_are_serve_flags() {
+        let command = super::Cli::command();
+        for id in slidegate::compat::SETTING_IDS {
+            assert!(
+                command.get_arguments().any(|arg| arg.get_id() == *id),
+                "no serve flag {id}"
+            );
+        }
+    }
 }

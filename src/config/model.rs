@@ -49,6 +49,10 @@ pub(super) struct DescriptorModel {
     pub share_threshold: bool,
     #[serde(default)]
     pub descriptors: Option<Vec<DescriptorModel>>,
+    /// envoyproxy/ratelimit returns it as dynamic metadata (`RESPONSE_DYNAMIC_METADATA`), which
+    /// slidegate does not; accepted, unchecked and ignored, so that its files load unchanged.
+    #[serde(default, rename = "metadata")]
+    pub _metadata: Option<serde::de::IgnoredAny>,
 }
 
 /// A `rate_limit` (or one entry of `rate_limits`).

@@ -140,6 +140,7 @@ impl Compiler {
             value_to_metric,
             share_threshold,
             descriptors,
+            _metadata: _,
         } = descriptor;
         if key.is_empty() {
             self.error(
