@@ -263,7 +263,10 @@ fn rules<F: Fn(&str) -> Option<String>>(
     if root.is_some() || sub.is_some() || app.is_some() {
         // envoyproxy/ratelimit's defaults; empty parts are skipped, as Go's filepath.Join does.
         let mut path = PathBuf::from(root.as_deref().unwrap_or("/srv/runtime_data/current"));
-        for part in [sub.as_deref().unwrap_or(""), app.as_deref().unwrap_or("config")] {
+        for part in [
+            sub.as_deref().unwrap_or(""),
+            app.as_deref().unwrap_or("config"),
+        ] {
             let part = part.trim_start_matches('/');
             if !part.is_empty() {
                 path.push(part);
@@ -295,7 +298,13 @@ fn listeners<F: Fn(&str) -> Option<String>>(
 ) -> Result<(), CompatError> {
     for (host_var, port_var, id, from, default_port) in [
         ("HOST", "PORT", "http_addr", "HOST/PORT", 8080),
-        ("GRPC_HOST", "GRPC_PORT", "grpc_addr", "GRPC_HOST/GRPC_PORT", 8081),
+        (
+            "GRPC_HOST",
+            "GRPC_PORT",
+            "grpc_addr",
+            "GRPC_HOST/GRPC_PORT",
+            8081,
+        ),
     ] {
         let host = env.take(host_var);
         let port = env.port(port_var)?;
@@ -331,7 +340,9 @@ fn redis<F: Fn(&str) -> Option<String>>(
     let Some(url) = env.take("REDIS_URL") else {
         return Ok(());
     };
-    let kind = env.take("REDIS_TYPE").unwrap_or_else(|| "single".to_owned());
+    let kind = env
+        .take("REDIS_TYPE")
+        .unwrap_or_else(|| "single".to_owned());
     let cluster = match kind.to_ascii_lowercase().as_str() {
         "single" => false,
         "cluster" => true,
@@ -359,7 +370,12 @@ fn redis<F: Fn(&str) -> Option<String>>(
                 "a Unix socket works with REDIS_TYPE=single and without REDIS_TLS",
             ));
         }
-        set(out, "redis_url", unix_url(&url, auth.as_deref())?, "REDIS_URL");
+        set(
+            out,
+            "redis_url",
+            unix_url(&url, auth.as_deref())?,
+            "REDIS_URL",
+        );
     } else {
         let scheme = if tls { "rediss" } else { "redis" };
         let userinfo = auth.as_deref().map(userinfo).unwrap_or_default();
@@ -383,8 +399,13 @@ fn redis<F: Fn(&str) -> Option<String>>(
         set(out, "redis_tls_ca_file", ca, "REDIS_TLS_CACERT");
     }
     if let Some(timeout) = env.take("REDIS_TIMEOUT") {
-        humantime::parse_duration(&timeout)
-            .map_err(|_| invalid("REDIS_TIMEOUT", &timeout, "expected a duration such as 50ms"))?;
+        humantime::parse_duration(&timeout).map_err(|_| {
+            invalid(
+                "REDIS_TIMEOUT",
+                &timeout,
+                "expected a duration such as 50ms",
+            )
+        })?;
         set(out, "redis_timeout", timeout, "REDIS_TIMEOUT");
     }
     if let Some(prefix) = env.take("CACHE_KEY_PREFIX") {
@@ -403,7 +424,11 @@ fn redis<F: Fn(&str) -> Option<String>>(
             .map_err(|_| invalid("REDIS_POOL_SIZE", &size, "expected a whole number"))?;
     }
     for name in ["REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"] {
-        env.unhonoured_if_set(name, "slidegate does not present a client certificate to Redis", out);
+        env.unhonoured_if_set(
+            name,
+            "slidegate does not present a client certificate to Redis",
+            out,
+        );
     }
     env.expect_flag(
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
@@ -456,15 +481,17 @@ fn unix_url(path: &str, auth: Option<&str>) -> Result<String, CompatError> {
     let encode = |s: &str| {
         percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
     };
-    Ok(match auth.map(|auth| auth.split_once(':').unwrap_or(("", auth))) {
-        None => format!("redis+unix://{path}"),
-        Some(("", password)) => format!("redis+unix://{path}?pass={}", encode(password)),
-        Some((user, password)) => format!(
-            "redis+unix://{path}?user={}&pass={}",
-            encode(user),
-            encode(password)
-        ),
-    })
+    Ok(
+        match auth.map(|auth| auth.split_once(':').unwrap_or(("", auth))) {
+            None => format!("redis+unix://{path}"),
+            Some(("", password)) => format!("redis+unix://{path}?pass={}", encode(password)),
+            Some((user, password)) => format!(
+                "redis+unix://{path}?user={}&pass={}",
+                encode(user),
+                encode(password)
+            ),
+        },
+    )
 }
 
 /// `LOG_LEVEL` (logrus levels) → `--log-level`, `LOG_FORMAT` → `--log-format`.
@@ -567,11 +594,7 @@ fn observability<F: Fn(&str) -> Option<String>>(
         out,
     )?;
     for name in ["PROMETHEUS_ADDR", "PROMETHEUS_PATH"] {
-        env.unhonoured_if_set(
-            name,
-            "metrics are served at /metrics on the HTTP port",
-            out,
-        );
+        env.unhonoured_if_set(name, "metrics are served at /metrics on the HTTP port", out);
     }
     Ok(())
 }
@@ -724,7 +747,11 @@ mod tests {
     #[test]
     fn off_without_a_distinctive_variable() {
         assert!(run(&[]).unwrap().is_none());
-        assert!(run(&[("HOST", "myhost"), ("PORT", "80")]).unwrap().is_none());
+        assert!(
+            run(&[("HOST", "myhost"), ("PORT", "80")])
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -747,7 +774,10 @@ mod tests {
             value(&t, "config").as_deref(),
             Some("/data/ratelimit/config")
         );
-        assert_eq!(value(&t, "redis_url").as_deref(), Some("redis://redis:6379"));
+        assert_eq!(
+            value(&t, "redis_url").as_deref(),
+            Some("redis://redis:6379")
+        );
         assert_eq!(value(&t, "http_addr").as_deref(), Some("[::]:8080"));
         assert_eq!(value(&t, "grpc_addr").as_deref(), Some("[::]:8081"));
         assert_eq!(value(&t, "response_headers").as_deref(), Some("false"));
@@ -792,8 +822,14 @@ mod tests {
         );
         assert_eq!(error_variable(&[("GRPC_PORT", "70000")]), "GRPC_PORT");
         assert_eq!(error_variable(&[("USE_STATSD", "nope")]), "USE_STATSD");
-        assert_eq!(error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TIMEOUT", "soon")]), "REDIS_TIMEOUT");
-        assert_eq!(error_variable(&[("LOG_LEVEL", "loud"), ("USE_STATSD", "false")]), "LOG_LEVEL");
+        assert_eq!(
+            error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TIMEOUT", "soon")]),
+            "REDIS_TIMEOUT"
+        );
+        assert_eq!(
+            error_variable(&[("LOG_LEVEL", "loud"), ("USE_STATSD", "false")]),
+            "LOG_LEVEL"
+        );
         assert_eq!(
             error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")]),
             "REDIS_TYPE"
@@ -816,7 +852,12 @@ mod tests {
         let names: Vec<&str> = t.unhonoured.iter().map(|u| u.variable).collect();
         assert_eq!(
             names,
-            vec!["DEBUG_PORT", "LIMIT_RESET_HEADER", "USE_STATSD", "NEAR_LIMIT_RATIO"]
+            vec![
+                "DEBUG_PORT",
+                "LIMIT_RESET_HEADER",
+                "USE_STATSD",
+                "NEAR_LIMIT_RATIO"
+            ]
         );
     }
 }

@@ -189,8 +189,16 @@ fn parse_cli(
     let Some(translation) = slidegate::compat::translate(|name| std::env::var(name).ok())? else {
         return Ok((from_matches(&matches), None));
     };
-    let unset = |id: &str| matches!(serve.value_source(id), None | Some(ValueSource::DefaultValue));
-    let extra = translation.settings.iter().filter(|setting| unset(setting.id));
+    let unset = |id: &str| {
+        matches!(
+            serve.value_source(id),
+            None | Some(ValueSource::DefaultValue)
+        )
+    };
+    let extra = translation
+        .settings
+        .iter()
+        .filter(|setting| unset(setting.id));
     args.extend(extra.map(|setting| OsString::from(setting.arg())));
     Ok((Cli::parse_from(args), Some(translation)))
 }
