@@ -324,3 +324,35 @@ fn unsupported_modes_stop_the_start_with_a_clear_error() {
     refused(&[("QUOTA_MODE", "true")], "QUOTA_MODE");
     refused(&[("GRPC_SERVER_USE_TLS", "true")], "GRPC_SERVER_USE_TLS");
 }
+
+/// `REDIS_SOCKET_TYPE=unix` with a socket path in `REDIS_URL` (envoyproxy/ratelimit's default
+/// form, used with a local proxy such as nutcracker): the counters go to that Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_a_unix_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("redis.sock");
+    let socket_arg = socket.display().to_string();
+    let Some(redis) = RedisServer::start_with(&["--unixsocket", &socket_arg]) else {
+        return;
+    };
+    let root = dir.path().join("data");
+    ConfigMapVolume::create(root.join("ratelimit/config"), ISTIO_RULES);
+    let (http, grpc) = (free_port(), free_port());
+    let env = vec![
+        ("REDIS_SOCKET_TYPE", "unix".to_string()),
+        ("REDIS_URL", socket_arg.clone()),
+        ("RUNTIME_ROOT", root.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        ("PORT", http.to_string()),
+        ("GRPC_PORT", grpc.to_string()),
+    ];
+    let server = Started::start(
+        ratelimit(dir.path(), &env),
+        dir.path().join("log"),
+        http,
+        grpc,
+    );
+    assert_eq!(server.decide("/").await, Code::Ok);
+    assert_eq!(server.decide("/").await, Code::OverLimit);
+    assert_ne!(redis.cli(&["DBSIZE"]), "0", "{}", server.log());
+}
