@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use support::{
     KillOnDrop, RedisServer, call, descriptor, free_port, http_get, request, wait_until,
@@ -164,6 +165,10 @@ impl Started {
     }
 
     async fn decide(&self, path: &str) -> Code {
+        self.answer(path).await.overall_code()
+    }
+
+    async fn answer(&self, path: &str) -> RateLimitResponse {
         let channel =
             tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", self.grpc))
                 .expect("uri")
@@ -171,12 +176,11 @@ impl Started {
                 .await
                 .expect("connect");
         let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
-        let answer = call(
+        call(
             &mut client,
             request("echo-ratelimit", vec![descriptor(&[("PATH", path)])]),
         )
-        .await;
-        answer.overall_code()
+        .await
     }
 }
 
@@ -210,7 +214,11 @@ async fn istio_sample_environment_serves_reloads_and_enforces_with_redis() {
     // Enforced, with the counters in Redis: 1 per minute on `/`.
     assert_eq!(server.decide("/").await, Code::Ok);
     assert_eq!(server.decide("/").await, Code::OverLimit);
-    assert_eq!(server.decide("/other").await, Code::Ok);
+    // envoyproxy/ratelimit's default: no RateLimit-* headers without
+    // LIMIT_RESPONSE_HEADERS_ENABLED.
+    let other = server.answer("/other").await;
+    assert_eq!(other.overall_code(), Code::Ok);
+    assert_eq!(other.response_headers_to_add, vec![]);
     let keys = redis.cli(&["DBSIZE"]);
     assert_ne!(keys, "0", "no counters in Redis:\n{}", server.log());
 
