@@ -338,6 +338,13 @@ fn redis<F: Fn(&str) -> Option<String>>(
     out: &mut Translation,
 ) -> Result<(), CompatError> {
     let Some(url) = env.take("REDIS_URL") else {
+        for name in REDIS_SETTINGS {
+            env.unhonoured_if_set(
+                name,
+                "REDIS_URL is not set: the counters live in this process's memory",
+                out,
+            );
+        }
         return Ok(());
     };
     let kind = env
@@ -444,6 +451,18 @@ fn redis<F: Fn(&str) -> Option<String>>(
     )?;
     Ok(())
 }
+
+/// What only matters with `REDIS_URL`.
+const REDIS_SETTINGS: &[&str] = &[
+    "REDIS_TYPE",
+    "REDIS_SOCKET_TYPE",
+    "REDIS_AUTH",
+    "REDIS_TLS",
+    "REDIS_TLS_CACERT",
+    "REDIS_TIMEOUT",
+    "REDIS_POOL_SIZE",
+    "CACHE_KEY_PREFIX",
+];
 
 /// `host:port`, with a port that is a number; `[::1]:6379` for IPv6.
 fn host_port(node: &str) -> Result<&str, CompatError> {
@@ -846,6 +865,7 @@ mod tests {
             ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
             ("LIMIT_LIMIT_HEADER", "ratelimit-limit"),
             ("LIMIT_RESET_HEADER", "X-Reset"),
+            ("REDIS_TYPE", "cluster"),
         ])
         .unwrap()
         .unwrap();
@@ -854,10 +874,12 @@ mod tests {
             names,
             vec![
                 "DEBUG_PORT",
+                "REDIS_TYPE",
                 "LIMIT_RESET_HEADER",
                 "USE_STATSD",
                 "NEAR_LIMIT_RATIO"
             ]
         );
+        assert!(t.unhonoured[1].why.contains("REDIS_URL is not set"));
     }
 }
