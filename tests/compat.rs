@@ -241,17 +241,18 @@ async fn istio_sample_environment_serves_reloads_and_enforces_with_redis() {
     assert_eq!(server.warnings(), Vec::<String>::new(), "{}", server.log());
 }
 
-/// Variables slidegate does not honour are named in one warning; a flag on the command line
-/// beats the variable for the same setting.
+/// Variables slidegate does not honour are named in one warning; a flag on the command line and
+/// a `SLIDEGATE_*` variable beat envoyproxy/ratelimit's variable for the same setting.
 #[test]
 fn unhonoured_variables_are_named_in_one_warning() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("data");
     ConfigMapVolume::create(root.join("ratelimit/config"), ISTIO_RULES);
     let (http, grpc) = (free_port(), free_port());
-    let mut env = istio_env("unused:6379", &root, http, free_port());
+    let mut env = istio_env("unused:6379", &root, free_port(), free_port());
     env.retain(|(k, _)| !k.starts_with("REDIS_"));
     env.extend([
+        ("SLIDEGATE_HTTP_ADDR", format!("127.0.0.1:{http}")),
         ("DEBUG_PORT", "6070".to_string()),
         ("USE_PROMETHEUS", "true".to_string()),
         ("NEAR_LIMIT_RATIO", "0.9".to_string()),
