@@ -23,15 +23,23 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/pgo/slidegate /usr/local/bin/slidegate
 
 # Runtime: the binary, CA certificates (for rediss://) and the default rules, run as non-root.
+# `/bin/ratelimit` is envoyproxy/ratelimit's command: a Deployment of it that names the command
+# keeps working with this image. The default rules are found through the working directory
+# (`--config`'s default `config` -> /etc/slidegate) rather than SLIDEGATE_CONFIG: that variable
+# would take precedence over envoyproxy/ratelimit's RUNTIME_ROOT (README, "Its environment
+# variables").
 FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin slidegate
+    && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin slidegate \
+    && mkdir -p /srv/slidegate \
+    && ln -s /etc/slidegate /srv/slidegate/config \
+    && ln -s /usr/local/bin/slidegate /bin/ratelimit
 COPY --from=builder /usr/local/bin/slidegate /usr/local/bin/slidegate
 COPY config/ /etc/slidegate/
 USER slidegate:slidegate
-ENV SLIDEGATE_CONFIG=/etc/slidegate
+WORKDIR /srv/slidegate
 # 8080: HTTP (/check, /json, /healthcheck, /rlconfig, /metrics); 8081: gRPC (RLS v3, health, reflection)
 EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/slidegate"]

@@ -1,6 +1,7 @@
 //! The `slidegate` command line: `serve` (the default), `check-config` and `bench`. Wiring only: the
 //! behaviour lives in the library.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,11 +11,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use arc_swap::ArcSwap;
 use clap::builder::BoolishValueParser;
+use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
 
+use slidegate::compat::Translation;
 use slidegate::config::RuleSet;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::config::source::xds::{XdsOptions, XdsSource, XdsTls};
@@ -241,26 +244,76 @@ enum LogFormat {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
-    let cli = match Cli::from_arg_matches(&matches) {
-        Ok(cli) => cli,
-        Err(error) => error.exit(),
+    let (cli, compat, config_from_env) = match parse_cli(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!("slidegate: {error}");
+            // As clap does for a bad flag.
+            return ExitCode::from(2);
+        }
     };
-    let serve_matches = matches.subcommand_matches("serve").unwrap_or(&matches);
-    let config_from_env =
-        serve_matches.value_source("config") == Some(clap::parser::ValueSource::EnvVariable);
     match cli.command {
         Some(Command::CheckConfig { path, max_entries }) => check_config(&path, max_entries),
-        Some(Command::Serve(args)) => serve_main(ServeArgs {
-            config_from_env,
-            ..args
-        }),
+        Some(Command::Serve(args)) => serve_main(
+            ServeArgs {
+                config_from_env,
+                ..args
+            },
+            compat,
+        ),
         Some(Command::Bench(args)) => bench_main(args),
-        None => serve_main(ServeArgs {
-            config_from_env,
-            ..cli.serve
-        }),
+        None => serve_main(
+            ServeArgs {
+                config_from_env,
+                ..cli.serve
+            },
+            compat,
+        ),
     }
+}
+
+/// The command line, with envoyproxy/ratelimit's environment ([`slidegate::compat`]) filling in
+/// the `serve` settings that neither a flag nor a `SLIDEGATE_*` variable set. Those settings are
+/// appended as flags and the command line parsed again, so that clap checks them as it checks
+/// any flag. Also says whether `--config` came from `SLIDEGATE_CONFIG` (an image's default, which
+/// `--xds-server` overrides).
+fn parse_cli(
+    mut args: Vec<OsString>,
+) -> Result<(Cli, Option<Translation>, bool), slidegate::compat::CompatError> {
+    let mut matches = Cli::command().get_matches_from(&args);
+    let translation = match matches.subcommand() {
+        None | Some(("serve", _)) => slidegate::compat::translate(|name| std::env::var(name).ok())?,
+        Some(_) => None,
+    };
+    if let Some(translation) = &translation {
+        let serve = serve_matches(&matches);
+        let unset = |id: &str| {
+            matches!(
+                serve.value_source(id),
+                None | Some(ValueSource::DefaultValue)
+            )
+        };
+        let extra: Vec<OsString> = translation
+            .settings
+            .iter()
+            .filter(|setting| unset(setting.id))
+            .map(|setting| OsString::from(setting.arg()))
+            .collect();
+        args.extend(extra);
+        matches = Cli::command().get_matches_from(&args);
+    }
+    let config_from_env =
+        serve_matches(&matches).value_source("config") == Some(ValueSource::EnvVariable);
+    Ok((from_matches(&matches), translation, config_from_env))
+}
+
+/// The `serve` settings: the subcommand's, or the top level's when it is left out.
+fn serve_matches(matches: &clap::ArgMatches) -> &clap::ArgMatches {
+    matches.subcommand_matches("serve").unwrap_or(matches)
+}
+
+fn from_matches(matches: &clap::ArgMatches) -> Cli {
+    Cli::from_arg_matches(matches).unwrap_or_else(|error| error.exit())
 }
 
 /// `slidegate check-config PATH`: warnings (`warning: ` lines: files skipped, values read
@@ -331,7 +384,7 @@ fn bench_main(args: slidegate::bench::BenchArgs) -> ExitCode {
     }
 }
 
-fn serve_main(args: ServeArgs) -> ExitCode {
+fn serve_main(args: ServeArgs, compat: Option<Translation>) -> ExitCode {
     // The main thread runs start-up, the acceptors, reloads, health checks and the Redis
     // connection; the calls themselves run on the workers (`slidegate::server`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -361,6 +414,9 @@ fn serve_main(args: ServeArgs) -> ExitCode {
     if let Err(error) = init_logging(&args) {
         eprintln!("slidegate: {error:#}");
         return ExitCode::FAILURE;
+    }
+    if let Some(translation) = compat {
+        log_compat(&translation);
     }
     match runtime.block_on(serve(args, hangup)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -676,6 +732,34 @@ fn log_effective_config(args: &ServeArgs) {
     );
 }
 
+/// What envoyproxy/ratelimit's environment set, and, in one warning, what it asked for that
+/// slidegate does not do.
+fn log_compat(translation: &Translation) {
+    let mapped: Vec<String> = translation
+        .settings
+        .iter()
+        .map(|setting| format!("{} -> --{}", setting.from, setting.id.replace('_', "-")))
+        .collect();
+    tracing::info!(
+        mapped = %mapped.join(", "),
+        "envoyproxy/ratelimit environment read (slidegate's own flags and SLIDEGATE_* variables take precedence)"
+    );
+    if translation.unhonoured.is_empty() {
+        return;
+    }
+    let variables: Vec<&str> = translation.unhonoured.iter().map(|u| u.variable).collect();
+    let reasons: Vec<String> = translation
+        .unhonoured
+        .iter()
+        .map(|u| format!("{}: {}", u.variable, u.why))
+        .collect();
+    tracing::warn!(
+        variables = %variables.join(","),
+        reasons = %reasons.join("; "),
+        "envoyproxy/ratelimit settings not honoured by slidegate"
+    );
+}
+
 /// One worker per core the process may use.
 fn default_workers() -> u16 {
     std::thread::available_parallelism().map_or(1, |n| u16::try_from(n.get()).unwrap_or(u16::MAX))
@@ -690,4 +774,21 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every setting the compatibility layer produces is a `serve` flag.
+    #[test]
+    fn compat_settings_are_serve_flags() {
+        let command = super::Cli::command();
+        for id in slidegate::compat::SETTING_IDS {
+            assert!(
+                command.get_arguments().any(|arg| arg.get_id() == *id),
+                "no serve flag {id}"
+            );
+        }
+    }
 }

@@ -90,7 +90,7 @@ pub(super) struct DescriptorModel {
 impl Record for DescriptorModel {
     const EXPECTING: &'static str = "a descriptor: a map with `key` and optionally `value`, \
         `rate_limit`, `rate_limits`, `shadow_mode`, `detailed_metric`, `value_to_metric`, \
-        `share_threshold`, `descriptors`";
+        `share_threshold`, `descriptors`, `metadata`";
     const FIELDS: &'static [&'static str] = &[
         "key",
         "value",
@@ -101,6 +101,7 @@ impl Record for DescriptorModel {
         "value_to_metric",
         "share_threshold",
         "descriptors",
+        "metadata",
     ];
 
     fn read_field<'de, A: MapAccess<'de>>(
@@ -122,6 +123,12 @@ impl Record for DescriptorModel {
             "value_to_metric" => self.value_to_metric = cx.flag(map)?,
             "share_threshold" => self.share_threshold = cx.flag(map)?,
             "descriptors" => self.descriptors = cx.list(map)?,
+            // envoyproxy/ratelimit returns it as dynamic metadata (`RESPONSE_DYNAMIC_METADATA`),
+            // which slidegate does not: accepted, unchecked and ignored, so its files load as they
+            // are.
+            "metadata" => {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
             _ => return Ok(false),
         }
         Ok(true)

@@ -731,16 +731,10 @@ impl<'de, T: Record> Visitor<'de> for ListVisitor<'_, T> {
 }
 
 /// envoyproxy/ratelimit features that slidegate does not implement, with what to do instead.
-const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "quota_mode",
-        "envoyproxy/ratelimit's quota_mode is not supported by slidegate",
-    ),
-    (
-        "metadata",
-        "descriptor metadata is not supported by slidegate",
-    ),
-];
+const UNSUPPORTED: &[(&str, &str)] = &[(
+    "quota_mode",
+    "envoyproxy/ratelimit's quota_mode is not supported by slidegate",
+)];
 
 /// "unknown field `X`, expected one of `a`, `b`", with a hint where one can be guessed.
 fn unknown_field<T: Record>(name: &str) -> String {
