@@ -71,6 +71,15 @@ pub const SETTING_IDS: &[&str] = &[
     "log_format",
     "shadow_mode",
     "response_headers",
+    "xds_server",
+    "xds_node_id",
+    "xds_node_metadata",
+    "xds_connect_retry_interval",
+    "xds_tls_ca_file",
+    "xds_tls_cert_file",
+    "xds_tls_key_file",
+    "xds_tls_server_name",
+    "force_start_without_initial_config",
 ];
 
 /// A value slidegate cannot start with, naming the variable.
@@ -93,7 +102,9 @@ pub fn translate(env: impl Fn(&str) -> Option<String>) -> Result<Option<Translat
     }
     let mut out = Translation::default();
     refuse_what_cannot_be_served(&env)?;
-    rules(&env, &mut out)?;
+    if !xds(&env, &mut out)? {
+        rules(&env, &mut out)?;
+    }
     listeners(&env, &mut out)?;
     redis(&env, &mut out)?;
     logging(&env, &mut out)?;
@@ -217,10 +228,11 @@ fn refuse_what_cannot_be_served<F: Fn(&str) -> Option<String>>(
 ) -> Result<(), CompatError> {
     if let Some(kind) = env.take("CONFIG_TYPE")
         && !kind.eq_ignore_ascii_case("FILE")
+        && !kind.eq_ignore_ascii_case("GRPC_XDS_SOTW")
     {
         return Err(unsupported(
             "CONFIG_TYPE",
-            "slidegate reads rules from files only (xDS is not supported yet)",
+            "slidegate reads rules from files (FILE) or from a control plane (GRPC_XDS_SOTW)",
         ));
     }
     if let Some(kind) = env.take("BACKEND_TYPE")
@@ -250,6 +262,82 @@ fn refuse_what_cannot_be_served<F: Fn(&str) -> Option<String>>(
         ));
     }
     Ok(())
+}
+
+/// `CONFIG_TYPE=GRPC_XDS_SOTW` and its `CONFIG_GRPC_XDS_*` variables → `--xds-server` and the
+/// other `--xds-*` settings. Returns whether rules come from xDS: the rule directory variables
+/// then say nothing (Envoy Gateway sets them all the same), since a `--config` beside
+/// `--xds-server` is a contradiction.
+fn xds<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    out: &mut Translation,
+) -> Result<bool, CompatError> {
+    let from_xds = env
+        .get("CONFIG_TYPE")
+        .is_some_and(|kind| kind.eq_ignore_ascii_case("GRPC_XDS_SOTW"));
+    if !from_xds {
+        return Ok(false);
+    }
+    let tls = env.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS")? == Some(true);
+    // envoyproxy/ratelimit's default address; its address has no scheme.
+    let server = env
+        .take("CONFIG_GRPC_XDS_SERVER_URL")
+        .unwrap_or_else(|| "localhost:18000".to_owned());
+    let server = match (server.contains("://"), tls) {
+        (false, true) => format!("https://{server}"),
+        (false, false) => format!("http://{server}"),
+        (true, _) => server,
+    };
+    set(out, "xds_server", server, "CONFIG_GRPC_XDS_SERVER_URL");
+    let plain = [
+        ("CONFIG_GRPC_XDS_NODE_ID", "xds_node_id"),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "xds_node_metadata"),
+        (
+            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+            "xds_connect_retry_interval",
+        ),
+    ];
+    for (variable, id) in plain {
+        if let Some(value) = env.take(variable) {
+            set(out, id, value, variable);
+        }
+    }
+    let files = [
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds_tls_ca_file"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds_tls_cert_file"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "xds_tls_key_file"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds_tls_server_name"),
+    ];
+    for (variable, id) in files {
+        match env.take(variable) {
+            // slidegate's TLS settings turn TLS on; envoyproxy/ratelimit reads them only with TLS.
+            Some(value) if tls => set(out, id, value, variable),
+            Some(_) => out.unhonoured.push(Unhonoured {
+                variable,
+                why: "read only with CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
+            }),
+            None => {}
+        }
+    }
+    if let Some(force) = env.flag("FORCE_START_WITHOUT_INITIAL_CONFIG")? {
+        set(
+            out,
+            "force_start_without_initial_config",
+            force.to_string(),
+            "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        );
+    }
+    // Read, as envoyproxy/ratelimit reads them, and unused: xDS brings the rules.
+    for variable in [
+        "RUNTIME_ROOT",
+        "RUNTIME_SUBDIRECTORY",
+        "RUNTIME_APPDIRECTORY",
+    ] {
+        env.take(variable);
+    }
+    env.flag("RUNTIME_WATCH_ROOT")?;
+    env.flag("RUNTIME_IGNOREDOTFILES")?;
+    Ok(true)
 }
 
 /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY` → `--config`.
@@ -805,6 +893,74 @@ mod tests {
             Some("warn,slidegate=debug")
         );
         assert_eq!(t.unhonoured, vec![]);
+    }
+
+    /// Envoy Gateway's rate-limit Deployment: rules over xDS with mutual TLS; its runtime
+    /// directory variables are read and unused, as there.
+    #[test]
+    fn envoy_gateway_xds() {
+        let t = run(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            value(&t, "xds_server").as_deref(),
+            Some("https://envoy-gateway:18001")
+        );
+        assert_eq!(value(&t, "xds_node_id").as_deref(), Some("envoy-ratelimit"));
+        assert_eq!(
+            value(&t, "xds_tls_ca_file").as_deref(),
+            Some("/certs/ca.crt")
+        );
+        assert_eq!(
+            value(&t, "xds_tls_cert_file").as_deref(),
+            Some("/certs/tls.crt")
+        );
+        assert_eq!(
+            value(&t, "xds_tls_key_file").as_deref(),
+            Some("/certs/tls.key")
+        );
+        assert_eq!(
+            value(&t, "force_start_without_initial_config").as_deref(),
+            Some("true")
+        );
+        assert_eq!(
+            value(&t, "config"),
+            None,
+            "--config beside --xds-server is refused"
+        );
+        assert_eq!(t.unhonoured, vec![]);
+
+        let plain = run(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).unwrap().unwrap();
+        assert_eq!(
+            value(&plain, "xds_server").as_deref(),
+            Some("http://localhost:18000")
+        );
+        let no_tls = run(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(value(&no_tls, "xds_tls_ca_file"), None);
+        assert_eq!(
+            no_tls.unhonoured.first().map(|u| u.variable),
+            Some("CONFIG_GRPC_XDS_SERVER_TLS_CACERT")
+        );
+        assert_eq!(
+            error_variable(&[("CONFIG_TYPE", "GRPC_XDS_DELTA")]),
+            "CONFIG_TYPE"
+        );
     }
 
     #[test]

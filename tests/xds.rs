@@ -485,6 +485,46 @@ async fn rules_arrive_over_mutual_tls() {
     assert_eq!(decide(&server, "alpha", "k").await, Code::OverLimit);
 }
 
+/// Proves: envoyproxy/ratelimit's environment as Envoy Gateway sets it (xDS over mutual TLS, node
+/// id `envoy-ratelimit`, runtime directory variables that do not exist) brings the rules from the
+/// control plane, with no flag of slidegate's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_gateway_environment_brings_rules_over_xds() {
+    let ca = support::TestCa::new();
+    let mut control_plane = ControlPlane::start_mtls(&ca).await;
+    let address = format!("127.0.0.1:{}", control_plane.port);
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let (ca_file, cert_file, key_file) =
+        (path(&ca.ca_file), path(&ca.cert_file), path(&ca.key_file));
+    let env = [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", address.as_str()),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ca_file.as_str()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", cert_file.as_str()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", key_file.as_str()),
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("USE_STATSD", "false"),
+    ];
+    let server = Slidegate::launch(None, support::free_port(), &[], &env);
+    let subscribe = control_plane.next_request().await;
+    assert_eq!(
+        subscribe.node.map(|n| n.id).as_deref(),
+        Some("envoy-ratelimit")
+    );
+    control_plane.push("1", "n1", &[domain("alpha", "k", 0)]);
+    assert_eq!(control_plane.next_request().await.version_info, "1");
+    wait_ready(&server);
+    assert_eq!(decide(&server, "alpha", "k").await, Code::OverLimit);
+    assert!(
+        !server.log().contains("not honoured"),
+        "every variable honoured: {}",
+        server.log()
+    );
+}
+
 #[test]
 fn rule_files_and_a_control_plane_together_are_refused() {
     let output = support::slidegate_command()

@@ -429,7 +429,9 @@ impl Slidegate {
         Slidegate::launch(None, free_port(), args, &[])
     }
 
-    fn launch(
+    /// `slidegate serve` on free ports with `--config CONFIG` if given, ARGS and extra
+    /// environment variables.
+    pub fn launch(
         config: Option<&std::path::Path>,
         grpc_port: u16,
         args: &[&str],
