@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::Scratch;
-use crate::config::{DomainRules, Limit, LiveRules, RuleMatch, RuleSet, Unit};
+use crate::config::{DomainRules, Limit, LiveRules, Precision, RuleMatch, RuleSet, Unit};
 use crate::metrics::{DecisionLabel, Metrics};
 use crate::store::key::CounterTag;
 use crate::store::{Counter, CounterResult, FailureMode, Store, StoreError};
@@ -325,11 +325,14 @@ impl RateLimiter {
         limit: LimitOverride,
         hits: u64,
     ) -> Plan<'a> {
+        let requests_per_unit = u64::from(limit.requests_per_unit);
+        // Validated: an override without a known unit is rejected before planning.
+        let unit = limit.unit.unwrap_or(Unit::Second);
         let limit = Limit {
-            requests_per_unit: u64::from(limit.requests_per_unit),
-            // Validated: an override without a known unit is rejected before planning.
-            unit: limit.unit.unwrap_or(Unit::Second),
+            requests_per_unit,
+            unit,
             unit_multiplier: 1,
+            precision: Precision::automatic(requests_per_unit, unit.duration()),
         };
         // No rule, so no precomputed parts: everything is escaped here (same encoding).
         let tag = CounterTag::new(domain, descriptor.entries.iter().copied());
@@ -377,11 +380,12 @@ impl RateLimiter {
         for limit in limits {
             let window = limit.window();
             counters.push(Counter {
-                key: tag.counter_key(window),
+                key: tag.counter_key(window, limit.precision),
                 limit: limit.requests_per_unit,
                 window,
                 hits,
                 shadow: rule_shadow || self.options.shadow_mode,
+                precision: limit.precision,
             });
         }
         start..counters.len()

@@ -47,7 +47,8 @@ enum Command {
     /// Serves gRPC (Envoy RateLimitService v3, health, reflection) and HTTP (/json, /check,
     /// /healthcheck, /rlconfig, /metrics). The default.
     Serve(ServeArgs),
-    /// Checks rule files: prints every error (exit 1) or a summary (exit 0).
+    /// Checks rule files: prints every error (exit 1), or a summary and every rule with each
+    /// limit's window and representation (exact log or buckets of a width) (exit 0).
     CheckConfig {
         /// A rule file, or a directory of `*.yaml`/`*.yml` files.
         path: PathBuf,
@@ -163,7 +164,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and exit 0.
+/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and every
+/// rule (with each limit's window and representation) and exit 0.
 fn check_config(path: &Path) -> ExitCode {
     match slidegate::config::load_path(path) {
         Ok(rules) => {
@@ -172,6 +174,10 @@ fn check_config(path: &Path) -> ExitCode {
                 rules.rule_count(),
                 rules.domain_names().len()
             );
+            // Every limit with its window and representation (exact log or buckets), as chosen.
+            for rule in rules.rules() {
+                println!("{rule}");
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -267,6 +273,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         path = %args.config.display(),
         "rules loaded"
     );
+    for rule in rules.rules() {
+        tracing::info!(%rule, "rule");
+    }
     metrics.set_rules_loaded(rules.rule_count());
     let live = Arc::new(ArcSwap::from_pointee(rules));
     let reload_metrics = Arc::clone(&metrics);

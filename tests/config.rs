@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use proptest::prelude::*;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
-use slidegate::config::{LiveRules, RuleSet, Unit, load_path, load_sources};
+use slidegate::config::{LiveRules, Precision, RuleSet, Unit, load_path, load_sources};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config")
@@ -382,12 +382,15 @@ fn rule_lines_for_rlconfig() {
             .clone()
     };
     let line = find("matching user_id.path: ");
-    assert!(line.contains("2 per 30 SECOND (window 30s)"), "{line}");
+    assert!(
+        line.contains("2 per 30 SECOND (window 30s, exact)"),
+        "{line}"
+    );
     assert!(line.contains("name=per_user_path"), "{line}");
     assert!(line.contains("matching.yaml]"), "{line}");
     let line = find("matching client: ");
     assert!(
-        line.contains("5 per SECOND (window 1s), 100 per 5 MINUTE (window 5m)"),
+        line.contains("5 per SECOND (window 1s, exact), 100 per 5 MINUTE (window 5m, exact)"),
         "{line}"
     );
     assert!(find("matching tier_gold: ").contains("replaces=per_user_path"));
@@ -453,6 +456,16 @@ fn check_config_command() {
         .output()
         .expect("run slidegate");
     assert!(out.status.success(), "{out:?}");
+    // Every limit with its representation, as chosen when `precision` is not given.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("edge remote_address: 1000 per MINUTE (window 1m, buckets of 1s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("100 per MINUTE (window 1m, exact) name=login_per_user"),
+        "{stdout}"
+    );
 
     let out = Command::new(bin)
         .arg("check-config")
@@ -464,6 +477,55 @@ fn check_config_command() {
     assert!(
         stderr.contains("unknown_key_ratelimit.yaml: descriptors[0]: unknown field `ratelimit`"),
         "{stderr}"
+    );
+}
+
+// ---- precision ----
+
+/// The precisions of the limits of the only rule of `yaml`.
+fn precisions(yaml: &str) -> Vec<Precision> {
+    let set = load_sources(&[("p.yaml".to_owned(), yaml.to_owned())]).expect("loads");
+    let rules = set.rules();
+    assert_eq!(rules.len(), 1);
+    rules[0].limits.iter().map(|l| l.precision).collect()
+}
+
+/// `precision: exact` or a bucket width; without it the log for small limits (up to 128 hits per
+/// window) and sixtieths (fiftieths for windows a sixtieth cannot split) above.
+#[test]
+fn precision_is_given_or_chosen_per_limit() {
+    let given = precisions(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n\
+         \x20     - {unit: minute, requests_per_unit: 100000, precision: exact}\n\
+         \x20     - {unit: day, requests_per_unit: 10, precision: 1h}\n\
+         \x20     - {unit: second, unit_multiplier: 30, requests_per_unit: 5, precision: 500ms}\n",
+    );
+    let secs = Duration::from_secs;
+    assert_eq!(
+        given,
+        [
+            Precision::Exact,
+            Precision::Buckets(secs(3600)),
+            Precision::Buckets(Duration::from_millis(500)),
+        ]
+    );
+    let chosen = precisions(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n\
+         \x20     - {unit: minute, requests_per_unit: 100}\n\
+         \x20     - {unit: hour, requests_per_unit: 128}\n\
+         \x20     - {unit: hour, unit_multiplier: 2, requests_per_unit: 129}\n\
+         \x20     - {unit: day, requests_per_unit: 10000000}\n\
+         \x20     - {unit: second, requests_per_unit: 1000}\n",
+    );
+    assert_eq!(
+        chosen,
+        [
+            Precision::Exact,
+            Precision::Exact,
+            Precision::Buckets(secs(120)),
+            Precision::Buckets(secs(1440)),
+            Precision::Buckets(Duration::from_millis(20)),
+        ]
     );
 }
 

@@ -37,7 +37,7 @@ use slidegate::config::{RuleSet, load_sources};
 use slidegate::limiter::{LimitError, Options, RateLimiter};
 use slidegate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE};
 use slidegate::service::{check, json};
-use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore};
+use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore, Precision};
 use support::{
     RedisServer, Slidegate, call, descriptor, grpc_frame, http_status, promtool_check_metrics,
     raw_should_rate_limit, rss_kib, wait_until,
@@ -1346,6 +1346,7 @@ fn a_million_client_keys_are_swept_once_idle() {
             window,
             hits: 1,
             shadow: false,
+            precision: Precision::Exact,
         };
         assert!(store.decide_now(&[counter]).allowed);
         if i % 1000 == 0 {

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use proptest::prelude::*;
 use redis::cluster_routing::Slot;
 use slidegate::store::{
-    Clock, Counter, CounterKey, Decision, ManualClock, MemoryStore, RedisOptions, RedisStore,
-    Store, StoreError, redact_url,
+    Clock, Counter, CounterKey, Decision, ManualClock, MemoryStore, Precision, RedisOptions,
+    RedisStore, Store, StoreError, redact_url,
 };
 use support::{RedisCluster, RedisServer, TlsRedisCluster, TlsRedisServer};
 
@@ -31,6 +31,7 @@ fn counter(domain: &str, name: &str, limit: u64, window: Duration, hits: u64) ->
         window,
         hits,
         shadow: false,
+        precision: Precision::Exact,
     }
 }
 

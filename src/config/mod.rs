@@ -15,6 +15,9 @@
 //!   when any is. Each needs its own window (the window identifies the counter). `name` and
 //!   `replaces` describe the descriptor, not a window: each may appear on at most one entry.
 //!   `unlimited` only exists in a single `rate_limit`.
+//! - `precision: exact` or `precision: DURATION` in a rate limit: the exact sliding log, or buckets of
+//!   that width (the window a whole multiple of it, at most [`Precision::MAX_BUCKETS`] of them).
+//!   Without it, [`Precision::automatic`] chooses by the limit. `unlimited` takes none.
 //! - `*` in a `value` matches any run of characters anywhere (envoyproxy/ratelimit only supports
 //!   a trailing `*`, which means the same here).
 //!
@@ -29,6 +32,8 @@
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+
+pub use crate::store::Precision;
 
 mod error;
 mod load;
@@ -89,6 +94,8 @@ pub struct Limit {
     pub unit: Unit,
     /// Window length in units (extension; 1 in envoyproxy/ratelimit files).
     pub unit_multiplier: u64,
+    /// How its counters remember hits: `precision` in the file, else [`Precision::automatic`].
+    pub precision: Precision,
 }
 
 impl Limit {
@@ -147,8 +154,9 @@ impl Rule {
     }
 }
 
-/// One line for `/rlconfig` and logs: domain, path, limits with windows, flags, source. E.g.
-/// `edge user_id.path: 2 per 30 SECOND (window 30s) name=per_user_path [config/slidegate.yaml]`.
+/// One line for `/rlconfig` and logs: domain, path, limits with windows and representations, flags,
+/// source. E.g. `edge user_id.path: 2 per 30 SECOND (window 30s, exact) name=per_user_path
+/// [config/slidegate.yaml]`, or `(window 1day, buckets of 24m)` for a bucket counter.
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}: ", self.domain, self.path)?;
@@ -161,8 +169,9 @@ impl fmt::Display for Rule {
             }
             write!(
                 f,
-                "{limit} (window {})",
-                humantime::format_duration(limit.window())
+                "{limit} (window {}, {})",
+                humantime::format_duration(limit.window()),
+                limit.precision
             )?;
         }
         if let Some(name) = &self.name {

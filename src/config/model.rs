@@ -72,6 +72,10 @@ pub(super) struct RateLimitModel {
     pub name: Option<String>,
     #[serde(default)]
     pub replaces: Option<Vec<ReplacesModel>>,
+    /// Extension: `exact` (the sliding log) or a bucket width such as `1m`. Kept as text so that a
+    /// bad value gets our message.
+    #[serde(default)]
+    pub precision: Option<String>,
 }
 
 /// One entry of `replaces`.

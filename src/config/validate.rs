@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::model::{DescriptorModel, FileModel, RateLimitModel};
 use super::tree::{DomainRules, Level, Node, Pattern, Slot};
-use super::{ConfigError, Limit, Rule, Unit};
+use super::{ConfigError, Limit, Precision, Rule, Unit};
 
 /// The longest window accepted. Longer ones are certainly typos, and bounding them keeps window
 /// arithmetic in the stores (milliseconds, expiry times) far from overflow.
@@ -340,6 +340,7 @@ impl Compiler {
             ("unit", model.unit.is_some()),
             ("requests_per_unit", model.requests_per_unit.is_some()),
             ("unit_multiplier", model.unit_multiplier.is_some()),
+            ("precision", model.precision.is_some()),
         ];
         for (field, present) in conflicting {
             if present {
@@ -399,10 +400,11 @@ impl Compiler {
             }
             Some(n) => Some(n),
         };
-        let limit = Limit {
+        let mut limit = Limit {
             requests_per_unit: requests_per_unit?,
             unit: unit?,
             unit_multiplier: unit_multiplier?,
+            precision: Precision::Exact,
         };
         let too_long = u32::try_from(limit.unit_multiplier)
             .ok()
@@ -415,7 +417,48 @@ impl Compiler {
             );
             return None;
         }
+        limit.precision = match model.precision.as_deref() {
+            None => Precision::automatic(limit.requests_per_unit, limit.window()),
+            Some(text) => self.precision(text, limit.window(), &format!("{at}.precision"))?,
+        };
         Some(limit)
+    }
+
+    /// `exact`, or a bucket width that divides the window into at most
+    /// [`Precision::MAX_BUCKETS`] whole microsecond buckets.
+    fn precision(&mut self, text: &str, window: Duration, at: &str) -> Option<Precision> {
+        if text.trim().eq_ignore_ascii_case("exact") {
+            return Some(Precision::Exact);
+        }
+        let problem = match humantime::parse_duration(text.trim()) {
+            Err(_) if text.trim().starts_with('-') => {
+                "a bucket width must be more than zero".to_owned()
+            }
+            Err(e) => {
+                format!("{text:?} is neither `exact` nor a bucket width such as `1s` or `1m` ({e})")
+            }
+            Ok(width) if width.is_zero() => "a bucket width must be more than zero".to_owned(),
+            Ok(width) if width.subsec_nanos() % 1_000 != 0 => {
+                format!("{text:?} is not a whole number of microseconds")
+            }
+            Ok(width) if window.as_nanos() % width.as_nanos() != 0 => format!(
+                "{text:?} does not divide the window ({}) into whole buckets",
+                humantime::format_duration(window)
+            ),
+            Ok(width)
+                if window.as_nanos() / width.as_nanos() > u128::from(Precision::MAX_BUCKETS) =>
+            {
+                format!(
+                    "{text:?} makes {} buckets of the window ({}); at most {} are allowed",
+                    window.as_nanos() / width.as_nanos(),
+                    humantime::format_duration(window),
+                    Precision::MAX_BUCKETS
+                )
+            }
+            Ok(width) => return Some(Precision::Buckets(width)),
+        };
+        self.error(at, problem);
+        None
     }
 
     /// The window is part of the counter's identity: two limits of one descriptor with the same

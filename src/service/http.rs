@@ -127,7 +127,10 @@ async fn rlconfig(State(state): State<AppState>) -> Response {
         } else {
             rule.limits
                 .iter()
-                .map(|l| format!("{l} (window {})", humantime::format_duration(l.window())))
+                .map(|l| {
+                    let window = humantime::format_duration(l.window());
+                    format!("{l} (window {window}, {})", l.precision)
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };

@@ -449,7 +449,7 @@ impl std::fmt::Debug for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ManualClock;
+    use crate::store::{ManualClock, Precision};
 
     const SEC: Duration = Duration::from_secs(1);
 
@@ -466,6 +466,7 @@ mod tests {
             window,
             hits,
             shadow: false,
+            precision: Precision::Exact,
         }
     }
 

@@ -43,10 +43,74 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use key::CounterKey;
 pub use memory::MemoryStore;
 
+/// How a counter remembers the hits of its window. Resolved once per limit when the rules are
+/// loaded (`precision` in YAML, or [`Precision::automatic`]); part of the counter's key, so a
+/// change of representation starts a new counter instead of reading the other's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// The sliding log: the time of every admitted hit. Exact; memory grows with the hits held.
+    Exact,
+    /// The window in buckets of this width (the window is a whole multiple of it), each holding
+    /// the number of hits admitted in it; the oldest overlapping bucket counts whole. Memory is
+    /// bounded by the bucket count; capacity returns at most one width later than with the log.
+    Buckets(Duration),
+}
+
+impl Precision {
+    /// Most buckets per window: a decision reads every bucket of the window (a Redis hash of up to
+    /// this many fields), so the bound keeps a request's cost and a counter's memory small.
+    pub const MAX_BUCKETS: u64 = 1000;
+
+    /// Limits up to this many hits per window keep the exact log when `precision` is not given. In
+    /// Redis a log of at most 128 hits is a compact listpack of about 27 bytes per hit (3.5 KB when
+    /// full, BENCHMARKS.md); above that each hit costs 100 to 113 bytes and the log grows without
+    /// bound in N, while a counter of [`Precision::AUTO_BUCKETS`] buckets stays near 1 KB.
+    pub const AUTO_EXACT_UP_TO: u64 = 128;
+
+    /// Buckets per window chosen automatically: one sixtieth of the window (a minute of an hour),
+    /// or one fiftieth where a sixtieth is not a whole number of microseconds (1-second windows).
+    pub const AUTO_BUCKETS: [u64; 2] = [60, 50];
+
+    /// The representation slidegate chooses for `limit` hits per `window` when the rule does not
+    /// say: the exact log while it is cheap, buckets where it would grow large.
+    pub fn automatic(limit: u64, window: Duration) -> Precision {
+        if limit <= Precision::AUTO_EXACT_UP_TO {
+            return Precision::Exact;
+        }
+        let micros = window.as_micros();
+        Precision::AUTO_BUCKETS
+            .into_iter()
+            .find(|&b| micros % u128::from(b) == 0 && micros >= u128::from(b))
+            .and_then(|b| u64::try_from(micros / u128::from(b)).ok())
+            .map_or(Precision::Exact, |width| {
+                Precision::Buckets(Duration::from_micros(width))
+            })
+    }
+
+    /// The bucket width, or `None` for the exact log.
+    pub fn bucket_width(self) -> Option<Duration> {
+        match self {
+            Precision::Exact => None,
+            Precision::Buckets(width) => Some(width),
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Precision::Exact => f.write_str("exact"),
+            Precision::Buckets(width) => {
+                write!(f, "buckets of {}", humantime::format_duration(*width))
+            }
+        }
+    }
+}
+
 /// One sliding-window counter that a request touches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counter {
-    /// Identity of the counter: domain, descriptor entries as matched, window.
+    /// Identity of the counter: domain, descriptor entries as matched, window, representation.
     pub key: CounterKey,
     /// Hits admitted per window.
     pub limit: u64,
@@ -56,6 +120,8 @@ pub struct Counter {
     pub hits: u64,
     /// Evaluated and reported, but never causes a deny.
     pub shadow: bool,
+    /// The exact log or buckets (the key carries it too).
+    pub precision: Precision,
 }
 
 /// What a store found for one counter.

@@ -861,6 +861,7 @@ fn group_by_slot(keys: &[String]) -> Vec<(Slot, Vec<usize>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Precision;
 
     #[test]
     fn windows_of_one_descriptor_share_a_slot() {
@@ -954,6 +955,7 @@ mod tests {
             window: Duration::from_secs(1),
             hits: 1,
             shadow: false,
+            precision: Precision::Exact,
         };
         let started = Instant::now();
         let err = store.decide(&[counter]).await.unwrap_err();

@@ -249,6 +249,7 @@ fn parse_one(answer: &[i64], counters: &[Counter]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Precision;
     use std::collections::HashSet;
 
     #[test]
@@ -290,6 +291,7 @@ mod tests {
             window: Duration::from_secs(1),
             hits: 1,
             shadow: false,
+            precision: Precision::Exact,
         };
         let part = |id| CallPart {
             id,
