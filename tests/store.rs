@@ -222,6 +222,10 @@ async fn run_suite(f: &Fixture) {
     window_slides(f).await;
     eprintln!("[{}] expiry", f.name);
     expiry(f).await;
+    eprintln!("[{}] buckets", f.name);
+    buckets(f).await;
+    eprintln!("[{}] mixed_representations", f.name);
+    mixed_representations(f).await;
 }
 
 async fn limits(f: &Fixture) {
@@ -555,6 +559,108 @@ async fn expiry(f: &Fixture) {
     assert!(d.allowed);
 }
 
+/// A bucket counter: the oldest overlapping bucket counts whole, so capacity comes back when the
+/// bucket of the oldest hit leaves the window, between W and W + g after the hit; the store
+/// reports that time; checks record nothing; Redis keys expire with the newest bucket.
+async fn buckets(f: &Fixture) {
+    let (w, g) = (Duration::from_secs(2), Duration::from_millis(500));
+    let c = bucketed(counter("buckets", "a", 3, w, 1), g);
+    let d = f.decide(&[hits(c.clone(), 0)]).await;
+    assert!(d.allowed && d.counters[0].count == 0, "[{}] {d:?}", f.name);
+    assert_eq!(d.counters[0].reset_after, Duration::ZERO);
+    let d = f.decide(&[hits(c.clone(), 3)]).await;
+    assert!(d.allowed, "[{}]", f.name);
+    let r = &d.counters[0];
+    assert_eq!((r.count, r.remaining), (3, 0));
+    // The hits' bucket leaves the window between W and W + g from now.
+    let leaves = r.reset_after;
+    assert_within("bucket leaves", leaves, w, w + g);
+    if let Some(pttl) = f.cli(&["PTTL"], &c) {
+        let pttl: u64 = pttl.parse().expect("PTTL");
+        assert!(
+            pttl > 0 && u128::from(pttl) <= (w + g).as_millis(),
+            "[{}] PTTL {pttl} within the window and a bucket",
+            f.name
+        );
+    }
+    let (d, lo, _) = f.timed(std::slice::from_ref(&c)).await;
+    assert!(!d.allowed && d.counters[0].over_limit, "[{}]", f.name);
+    assert_eq!((d.counters[0].count, d.counters[0].remaining), (3, 0));
+    assert!(d.counters[0].reset_after <= leaves, "[{}] {d:?}", f.name);
+    let d = f.decide(&[hits(c.clone(), 4)]).await;
+    assert_eq!(
+        d.counters[0].reset_after, w,
+        "more than the limit never fits"
+    );
+    // Past W (where the exact log would admit again) but before the bucket leaves: denied.
+    let margin = if f.real_time() {
+        Duration::from_millis(250)
+    } else {
+        Duration::from_micros(1)
+    };
+    let waited = f.now() - lo;
+    f.sleep(leaves.saturating_sub(waited + margin)).await;
+    let d = f.decide(std::slice::from_ref(&c)).await;
+    assert!(
+        !d.allowed,
+        "[{}] the oldest bucket still counts whole",
+        f.name
+    );
+    f.sleep(margin + margin / 5).await;
+    let d = f.decide(&[hits(c.clone(), 3)]).await;
+    assert!(
+        d.allowed,
+        "[{}] the bucket left: all three fit again",
+        f.name
+    );
+    assert_eq!(d.counters[0].count, 3);
+    if f.real_time() {
+        f.sleep(w + g + Duration::from_millis(100)).await;
+        assert_eq!(
+            f.cli(&["EXISTS"], &c).as_deref(),
+            Some("0"),
+            "[{}] the key expired with its newest bucket",
+            f.name
+        );
+    }
+}
+
+/// A log counter and a bucket counter in one request (on different cluster slots): all or nothing
+/// whichever of them denies, and a shadow bucket counter never denies.
+async fn mixed_representations(f: &Fixture) {
+    let w = Duration::from_secs(60);
+    let log = counter("mixed", "log", 1, w, 1);
+    let bucket = bucketed(counter("mixed", "bucket", 3, w, 1), Duration::from_secs(1));
+    let d = f.decide(&[log.clone(), bucket.clone()]).await;
+    assert!(d.allowed, "[{}]", f.name);
+    // The log is full: the bucket counter records nothing.
+    for _ in 0..2 {
+        let d = f.decide(&[bucket.clone(), log.clone()]).await;
+        assert!(!d.allowed && d.counters[1].over_limit, "[{}]", f.name);
+    }
+    let d = f.decide(&[hits(bucket.clone(), 0)]).await;
+    assert_eq!(
+        d.counters[0].count, 1,
+        "[{}] denied requests left buckets alone",
+        f.name
+    );
+    // The bucket counter denies: a roomy log records nothing.
+    let roomy = counter("mixed", "roomy", 10, w, 1);
+    assert!(f.decide(&[hits(bucket.clone(), 2)]).await.allowed);
+    let d = f.decide(&[roomy.clone(), bucket.clone()]).await;
+    assert!(!d.allowed && d.counters[1].over_limit, "[{}]", f.name);
+    let d = f.decide(&[hits(roomy.clone(), 0)]).await;
+    assert_eq!(
+        d.counters[0].count, 0,
+        "[{}] denied request left the log alone",
+        f.name
+    );
+    // Shadow buckets over their limit: reported, never deny, record nothing.
+    let d = f.decide(&[roomy.clone(), shadow(bucket.clone())]).await;
+    assert!(d.allowed && d.counters[1].over_limit, "[{}]", f.name);
+    assert_eq!((d.counters[0].count, d.counters[1].count), (1, 3));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_memory() {
     run_suite(&Fixture::memory()).await;
@@ -679,6 +785,140 @@ proptest! {
                     log_b.push((now, h));
                 }
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property: bucket counters keep the sliding log's guarantee (memory store, manual clock).
+
+/// `c` as a bucket counter of `width` (a new key: representations never share one).
+fn bucketed(c: Counter, width: Duration) -> Counter {
+    let precision = Precision::Buckets(width);
+    let entries = [("k", c.key.as_str())];
+    Counter {
+        key: CounterKey::of("buckets", entries, c.window, precision),
+        precision,
+        ..c
+    }
+}
+
+/// What a bucket counter must answer from the admitted hits alone: every hit whose bucket
+/// overlaps `(now - window, now]` counts, its whole bucket included. Times in µs since the store's
+/// creation (where its buckets start).
+fn buckets_fit(
+    admitted: &[(u64, u64)],
+    now: u64,
+    width: u64,
+    span: u64,
+    limit: u64,
+    hits: u64,
+) -> bool {
+    let current = now / width;
+    let counted: u64 = admitted
+        .iter()
+        .filter(|(t, _)| t / width + span >= current)
+        .map(|(_, h)| h)
+        .sum();
+    hits <= limit && counted + hits.max(1) <= limit
+}
+
+/// Most admitted hits in any interval of length `len`, from the admissions `(time, hits)` in time
+/// order: the busiest interval starts at an admission.
+fn most_in_any(admitted: &[(u64, u64)], len: u64) -> u64 {
+    (0..admitted.len())
+        .map(|i| {
+            let t = admitted[i].0;
+            admitted[i..]
+                .iter()
+                .take_while(|(u, _)| *u < t + len)
+                .map(|(_, h)| h)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Random arrivals and hit counts against random limits, windows and bucket widths: every
+    /// decision is the bucket model's, and no interval of length W ever holds more than N
+    /// admitted hits.
+    #[test]
+    fn buckets_never_admit_more_than_the_limit_in_any_window(
+        limit in 1u64..20,
+        span in 1u64..12,
+        width_us in 1u64..4_000,
+        schedule in prop::collection::vec((0u64..6_000, 0u64..5), 1..400),
+    ) {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
+        let store = MemoryStore::new(clock.clone());
+        let window = span * width_us;
+        let c = bucketed(
+            counter("prop-b", "a", limit, Duration::from_micros(window), 1),
+            Duration::from_micros(width_us),
+        );
+        let start = clock.now().as_micros() as u64;
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        for (gap, h) in schedule {
+            clock.advance(Duration::from_micros(gap));
+            let now = clock.now().as_micros() as u64 - start;
+            let expect = buckets_fit(&admitted, now, width_us, span, limit, h);
+            let d = store.decide_now(&[hits(c.clone(), h)]);
+            prop_assert_eq!(d.allowed, expect, "at {} µs, {} hits", now, h);
+            if d.allowed && h > 0 {
+                admitted.push((now, h));
+            }
+        }
+        prop_assert!(most_in_any(&admitted, window) <= limit);
+    }
+
+    /// A steady over-limit stream of single hits: capacity is never late by more than one bucket
+    /// width. Once the counter first fills, every interval of length W + g + one spacing holds at
+    /// least N admitted hits (and still none of length W more than N).
+    #[test]
+    fn buckets_return_capacity_at_most_one_width_late(
+        limit in 1u64..20,
+        span in 1u64..12,
+        width_us in 10u64..2_000,
+        per_window in 2u64..6,
+    ) {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
+        let store = MemoryStore::new(clock.clone());
+        let window = span * width_us;
+        // Over the limit: `per_window` times as many requests as the limit allows.
+        let spacing = (window / (limit * per_window)).max(1);
+        let c = bucketed(
+            counter("prop-s", "a", limit, Duration::from_micros(window), 1),
+            Duration::from_micros(width_us),
+        );
+        let start = clock.now().as_micros() as u64;
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        let mut full_since = None;
+        let end = 6 * (window + width_us);
+        let mut now = 0;
+        while now < end {
+            let d = store.decide_now(std::slice::from_ref(&c));
+            if d.allowed {
+                admitted.push((now, 1));
+            }
+            if full_since.is_none() && d.counters[0].remaining == 0 {
+                full_since = Some(now);
+            }
+            clock.advance(Duration::from_micros(spacing));
+            now = clock.now().as_micros() as u64 - start;
+        }
+        prop_assert!(most_in_any(&admitted, window) <= limit);
+        let full_since = full_since.expect("the stream fills the counter");
+        let span_late = window + width_us + spacing;
+        // The emptiest interval of that length starts just after an admission.
+        for &(s, _) in admitted.iter().filter(|(s, _)| *s >= full_since) {
+            if s + span_late >= now {
+                break;
+            }
+            let n = admitted.iter().filter(|(u, _)| *u > s && *u <= s + span_late).count() as u64;
+            prop_assert!(n >= limit, "only {} admitted in ({}, {}]", n, s, s + span_late);
         }
     }
 }

@@ -441,7 +441,7 @@ impl Compiler {
             Ok(width) if width.subsec_nanos() % 1_000 != 0 => {
                 format!("{text:?} is not a whole number of microseconds")
             }
-            Ok(width) if window.as_nanos() % width.as_nanos() != 0 => format!(
+            Ok(width) if !window.as_nanos().is_multiple_of(width.as_nanos()) => format!(
                 "{text:?} does not divide the window ({}) into whole buckets",
                 humantime::format_duration(window)
             ),

@@ -21,6 +21,17 @@
 //! Time has microsecond resolution. The window is `(t - W, t]`: a hit recorded at `s` counts until
 //! `s + W` and is gone at that instant.
 //!
+//! A counter is an exact log or buckets ([`Precision`], resolved per limit when the rules load and
+//! part of the counter's key). Buckets of width `g` (`W = B * g`) split time at multiples of `g`
+//! (of the store's clock); "the hits already admitted in `(t - W, t]`" above becomes "the hits of
+//! every bucket that overlaps `(t - W, t]`", the oldest bucket counted whole: a hit recorded at `s`
+//! counts from `s` until the end of its bucket plus `W`, so for somewhere between `W` and `W + g`.
+//! Both representations therefore keep the same guarantee: **no interval of length `W` ever holds
+//! more than `N` admitted hits.** The log returns capacity exactly `W` after a hit, buckets at most
+//! `g` later; `reset_after` reports the time as the representation has it (the end of a bucket's
+//! stay). Every other rule above (checks, `h > N`, all or nothing across counters of both kinds,
+//! shadow counters, a counter named twice) is the same for both.
+//!
 //! A store only reports failures as [`StoreError`]; what a failure means for the request
 //! ([`FailureMode`]) is the limiter's business, so every store behaves the same way when it fails.
 
@@ -80,7 +91,7 @@ impl Precision {
         let micros = window.as_micros();
         Precision::AUTO_BUCKETS
             .into_iter()
-            .find(|&b| micros % u128::from(b) == 0 && micros >= u128::from(b))
+            .find(|&b| micros.is_multiple_of(u128::from(b)) && micros >= u128::from(b))
             .and_then(|b| u64::try_from(micros / u128::from(b)).ok())
             .map_or(Precision::Exact, |width| {
                 Precision::Buckets(Duration::from_micros(width))
