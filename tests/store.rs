@@ -561,29 +561,49 @@ async fn expiry(f: &Fixture) {
 
 /// A bucket counter: the oldest overlapping bucket counts whole, so capacity comes back when the
 /// bucket of the oldest hit leaves the window, between W and W + g after the hit; the store
-/// reports that time; checks record nothing; Redis keys expire with the newest bucket.
+/// reports that time; checks record nothing; Redis keeps a hash that expires with the newest
+/// bucket.
 async fn buckets(f: &Fixture) {
     let (w, g) = (Duration::from_secs(2), Duration::from_millis(500));
-    let c = bucketed(counter("buckets", "a", 3, w, 1), g);
-    let d = f.decide(&[hits(c.clone(), 0)]).await;
-    assert!(d.allowed && d.counters[0].count == 0, "[{}] {d:?}", f.name);
-    assert_eq!(d.counters[0].reset_after, Duration::ZERO);
-    let d = f.decide(&[hits(c.clone(), 3)]).await;
-    assert!(d.allowed, "[{}]", f.name);
-    let r = &d.counters[0];
-    assert_eq!((r.count, r.remaining), (3, 0));
-    // The hits' bucket leaves the window between W and W + g from now.
-    let leaves = r.reset_after;
-    assert_within("bucket leaves", leaves, w, w + g);
-    if let Some(pttl) = f.cli(&["PTTL"], &c) {
-        let pttl: u64 = pttl.parse().expect("PTTL");
+    let margin = if f.real_time() {
+        Duration::from_millis(150)
+    } else {
+        Duration::from_micros(1)
+    };
+    // Hits early in their bucket, so that the bucket stays well past W (2 margins): try counters
+    // until one's hits land so.
+    let mut attempt = 0;
+    let (c, leaves, lo) = loop {
+        attempt += 1;
+        assert!(attempt < 20, "[{}] never early in a bucket", f.name);
+        let c = bucketed(counter("buckets", &format!("a{attempt}"), 3, w, 1), g);
+        let d = f.decide(&[hits(c.clone(), 0)]).await;
+        assert!(d.allowed && d.counters[0].count == 0, "[{}] {d:?}", f.name);
+        assert_eq!(d.counters[0].reset_after, Duration::ZERO);
+        let (d, lo, _) = f.timed(&[hits(c.clone(), 3)]).await;
+        assert!(d.allowed, "[{}]", f.name);
+        let r = &d.counters[0];
+        assert_eq!((r.count, r.remaining), (3, 0));
+        // The hits' bucket leaves the window between W and W + g from now.
+        assert_within("bucket leaves", r.reset_after, w, w + g);
+        if r.reset_after > w + 2 * margin {
+            break (c, r.reset_after, lo);
+        }
+        f.sleep(g / 3).await;
+    };
+    if let Some(kind) = f.cli(&["TYPE"], &c) {
+        assert_eq!(kind, "hash", "[{}] buckets, not a log", f.name);
+        let pttl: u128 = f
+            .cli(&["PTTL"], &c)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
         assert!(
-            pttl > 0 && u128::from(pttl) <= (w + g).as_millis(),
-            "[{}] PTTL {pttl} within the window and a bucket",
+            pttl > (w + margin).as_millis() && pttl <= (w + g).as_millis(),
+            "[{}] PTTL {pttl}: until the bucket leaves",
             f.name
         );
     }
-    let (d, lo, _) = f.timed(std::slice::from_ref(&c)).await;
+    let d = f.decide(std::slice::from_ref(&c)).await;
     assert!(!d.allowed && d.counters[0].over_limit, "[{}]", f.name);
     assert_eq!((d.counters[0].count, d.counters[0].remaining), (3, 0));
     assert!(d.counters[0].reset_after <= leaves, "[{}] {d:?}", f.name);
@@ -592,21 +612,16 @@ async fn buckets(f: &Fixture) {
         d.counters[0].reset_after, w,
         "more than the limit never fits"
     );
-    // Past W (where the exact log would admit again) but before the bucket leaves: denied.
-    let margin = if f.real_time() {
-        Duration::from_millis(250)
-    } else {
-        Duration::from_micros(1)
-    };
-    let waited = f.now() - lo;
-    f.sleep(leaves.saturating_sub(waited + margin)).await;
+    // Past W, where the exact log would admit again, but before the bucket leaves: denied.
+    f.sleep((w + margin).saturating_sub(f.now() - lo)).await;
     let d = f.decide(std::slice::from_ref(&c)).await;
     assert!(
         !d.allowed,
         "[{}] the oldest bucket still counts whole",
         f.name
     );
-    f.sleep(margin + margin / 5).await;
+    f.sleep((leaves + margin).saturating_sub(f.now() - lo))
+        .await;
     let d = f.decide(&[hits(c.clone(), 3)]).await;
     assert!(
         d.allowed,
@@ -1465,6 +1480,74 @@ async fn redis_bytes_per_tracked_hit() {
     );
     assert!(small > 5.0 && small < 60.0, "listpack {small}");
     assert!(large > 20.0 && large < 160.0, "skiplist {large}");
+}
+
+/// One counter of 10,000,000 per day (automatic buckets of 24 minutes) taking 200,000 admitted
+/// single hits grows Redis's `used_memory` by less than 64 KB: a hash of a few buckets, where the
+/// log would hold 200,000 members (about 20 MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_bucket_counter_memory_is_bounded() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::connect(&redis_options(server.url()))
+            .await
+            .expect("connect"),
+    );
+    store.ping().await.expect("ping");
+    let used = || -> i64 {
+        let info = server.cli(&["INFO", "memory"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("used_memory")
+    };
+    let day = Duration::from_secs(86_400);
+    let precision = Precision::automatic(10_000_000, day);
+    assert_eq!(precision, Precision::Buckets(Duration::from_secs(24 * 60)));
+    let c = bucketed(
+        counter("day", "tenant", 10_000_000, day, 1),
+        Duration::from_secs(24 * 60),
+    );
+    let load = |c: Counter, requests: usize| {
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let (store, c) = (store.clone(), c.clone());
+                tokio::spawn(async move {
+                    for _ in 0..requests.div_ceil(64) {
+                        let d = store
+                            .decide(std::slice::from_ref(&c))
+                            .await
+                            .expect("decide");
+                        assert!(d.allowed);
+                    }
+                })
+            })
+            .collect();
+        async move {
+            for t in tasks {
+                t.await.expect("task");
+            }
+        }
+    };
+    // The same load on another counter first: the script cache and the connections' buffers
+    // are then in place, and what grows after is the counter.
+    let warm = counter("day", "warm-up", 10_000_000, day, 1);
+    load(bucketed(warm, Duration::from_secs(24 * 60)), 2_000).await;
+    let before = used();
+    load(c.clone(), 200_000).await;
+    let grown = used() - before;
+    let d = store.decide(&[hits(c.clone(), 0)]).await.expect("check");
+    assert!(d.counters[0].count >= 200_000, "{d:?}");
+    eprintln!(
+        "one bucket counter, {} hits: used_memory +{grown} B",
+        d.counters[0].count
+    );
+    assert!(grown < 64 * 1024, "used_memory grew by {grown} bytes");
+    let key = format!("{PREFIX}{}", c.key.as_str());
+    let buckets: u64 = server.cli(&["HLEN", &key]).parse().expect("HLEN");
+    assert!((1..=61).contains(&buckets), "{buckets} buckets");
 }
 
 async fn fill(store: &Arc<dyn Store>, counters: usize, per_counter: u64, w: Duration) {

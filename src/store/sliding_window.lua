@@ -1,7 +1,9 @@
 -- slidegate sliding-window decision: the requests of one call in order, each all or nothing.
 --
 -- Each counter is a sorted set: score = time of a hit in microseconds (Redis's own clock, so every
--- replica shares one timeline), member = a unique hit id. For each request, pass one trims what
+-- replica shares one timeline), member = a unique hit id. A bucket counter (width > 0) is a hash
+-- instead: field = bucket index (time / width), value = the hits admitted in that bucket; every
+-- bucket that overlaps the window counts, the oldest one whole. For each request, pass one trims what
 -- left the window and decides every counter; pass two records the hits only if no enforced
 -- counter is over its limit. A later request of the call sees the hits of the earlier ones, as if
 -- they had come in separate calls. Redis runs a script atomically and (7.0) replicates its
@@ -13,10 +15,10 @@
 --   id      the request id: member of its first hit on a key; hit n > 1 is id .. ':' .. n
 --   part    '1' if this is one slot's part of a cross-slot request, else '0'
 --   n       its number of counters
---   then per counter: limit, window (us), hits, shadow ('1' or '0')
+--   then per counter: limit, window (us), hits, shadow ('1' or '0'), bucket width (us; 0: the log)
 -- KEYS, per request: its n counter keys (one hash slot in a cluster), then, in a cluster, their n
 --   provisional logs: the hits of cross-slot requests, which the store takes back if another
---   slot denies the request
+--   slot denies the request (for a bucket counter a hash: request id -> bucket index)
 --
 -- Returns one string of 64-bit little-endian integers (`struct.pack`): parsing one bulk string
 -- costs the client a fraction of an array of small integers, and Redis no more. Per request:
@@ -59,10 +61,107 @@ local function until_fits(key, excess, window)
   return math.max(at - now, 0)
 end
 
+-- Bucket counters. `span` buckets of `width` make the window; at `now` the buckets
+-- `floor(now / width) - span ..= floor(now / width)` count (the oldest overlaps the window).
+
+-- The instant at which bucket `index` stops overlapping the window.
+local function bucket_leaves(index, width, span)
+  return (index + span + 1) * width
+end
+
+-- Deletes the buckets of `key` that left the window; returns the hits of the others and them as
+-- {index, hits}, oldest first.
+local function buckets_of(key, width, span)
+  local current = math.floor(now / width)
+  local fields = redis.call('HGETALL', key)
+  local list, gone, total = {}, {}, 0
+  for f = 1, #fields, 2 do
+    local index, hits = tonumber(fields[f]), tonumber(fields[f + 1])
+    if index + span < current then
+      gone[#gone + 1] = fields[f]
+    else
+      list[#list + 1] = {index, hits}
+      total = total + hits
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', key, unpack(gone))
+  end
+  table.sort(list, function(x, y) return x[1] < y[1] end)
+  return total, list
+end
+
+-- Time until the oldest `excess` hits of `list` have left the window (the window if they never do).
+local function buckets_until_fits(list, excess, width, span, window)
+  local seen = 0
+  for _, bucket in ipairs(list) do
+    seen = seen + bucket[2]
+    if seen >= excess then
+      return math.max(bucket_leaves(bucket[1], width, span) - now, 0)
+    end
+  end
+  return window
+end
+
+-- Whether the provisional hash `log` names a request whose bucket still counts (cluster only).
+local function buckets_provisional(log, width, span)
+  if not log then
+    return false
+  end
+  local current = math.floor(now / width)
+  local fields = redis.call('HGETALL', log)
+  local held = false
+  for f = 1, #fields, 2 do
+    if tonumber(fields[f + 1]) + span < current then
+      redis.call('HDEL', log, fields[f])
+    else
+      held = true
+    end
+  end
+  return held
+end
+
+-- Pass one for a bucket counter: count, decide, and the waits (see the reply's fields).
+local function decide_buckets(key, log, limit, window, width, hits, pending)
+  local span = window / width
+  local total, list = buckets_of(key, width, span)
+  local c = total + pending
+  local over, reset, reset1 = false, 0, -1
+  if c + 1 > limit then
+    reset1 = buckets_until_fits(list, c + 1 - limit, width, span, window)
+    if buckets_provisional(log, width, span) then
+      reset1 = -2
+    end
+  end
+  if hits > limit then
+    over, reset = true, window
+  elseif c + math.max(hits, 1) > limit then
+    over = true
+    reset = buckets_until_fits(list, c + math.max(hits, 1) - limit, width, span, window)
+  end
+  return c, over, reset, reset1, list
+end
+
+-- Pass two for an admitted bucket counter: adds its hits to the current bucket (and, for a
+-- cross-slot part, names that bucket in the provisional hash) and keeps the keys until the
+-- current bucket leaves the window.
+local function record_buckets(key, log, rid, window, width, hits, part)
+  local span = window / width
+  local current = math.floor(now / width)
+  local field = string.format('%d', current)
+  redis.call('HINCRBY', key, field, hits)
+  local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
+  redis.call('PEXPIRE', key, ttl)
+  if part and log then
+    redis.call('HSET', log, rid, field)
+    redis.call('PEXPIRE', log, ttl)
+  end
+end
+
 -- Decides one request whose keys start at KEYS[k0] and counters at ARGV[a0]; appends its answer.
 local function decide(rid, part, n, k0, a0)
   local key, log = {}, {}
-  local limit, window, hits, shadow = {}, {}, {}, {}
+  local limit, window, hits, shadow, width, buckets = {}, {}, {}, {}, {}, {}
   local over, count, reset, reset1 = {}, {}, {}, {}
   local pending = {}
   local allowed = 1
@@ -72,32 +171,41 @@ local function decide(rid, part, n, k0, a0)
     if tracked then
       log[i] = KEYS[k0 + n + i - 1]
     end
-    local base = a0 + (i - 1) * 4
+    local base = a0 + (i - 1) * 5
     limit[i] = tonumber(ARGV[base])
     window[i] = tonumber(ARGV[base + 1])
     hits[i] = tonumber(ARGV[base + 2])
     shadow[i] = ARGV[base + 3] == '1'
+    width[i] = tonumber(ARGV[base + 4])
 
-    redis.call('ZREMRANGEBYSCORE', key[i], '-inf', now - window[i])
-    local c = redis.call('ZCARD', key[i]) + (pending[key[i]] or 0)
-    local ask = math.max(hits[i], 1)
-    count[i] = c
-    reset1[i] = -1
-    if c + 1 > limit[i] then
-      reset1[i] = until_fits(key[i], c + 1 - limit[i], window[i])
-      if has_provisional(log[i], window[i]) then
-        reset1[i] = -2
+    if width[i] > 0 then
+      count[i], over[i], reset[i], reset1[i], buckets[i] = decide_buckets(key[i], log[i], limit[i],
+        window[i], width[i], hits[i], pending[key[i]] or 0)
+      if not over[i] then
+        pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
-    end
-    if hits[i] > limit[i] then
-      over[i] = true
-      reset[i] = window[i]
-    elseif c + ask > limit[i] then
-      over[i] = true
-      reset[i] = until_fits(key[i], c + ask - limit[i], window[i])
     else
-      over[i] = false
-      pending[key[i]] = (pending[key[i]] or 0) + hits[i]
+      redis.call('ZREMRANGEBYSCORE', key[i], '-inf', now - window[i])
+      local c = redis.call('ZCARD', key[i]) + (pending[key[i]] or 0)
+      local ask = math.max(hits[i], 1)
+      count[i] = c
+      reset1[i] = -1
+      if c + 1 > limit[i] then
+        reset1[i] = until_fits(key[i], c + 1 - limit[i], window[i])
+        if has_provisional(log[i], window[i]) then
+          reset1[i] = -2
+        end
+      end
+      if hits[i] > limit[i] then
+        over[i] = true
+        reset[i] = window[i]
+      elseif c + ask > limit[i] then
+        over[i] = true
+        reset[i] = until_fits(key[i], c + ask - limit[i], window[i])
+      else
+        over[i] = false
+        pending[key[i]] = (pending[key[i]] or 0) + hits[i]
+      end
     end
     if over[i] and not shadow[i] then
       allowed = 0
@@ -107,7 +215,10 @@ local function decide(rid, part, n, k0, a0)
   out[#out + 1] = allowed
   local added = {}
   for i = 1, n do
-    if allowed == 1 and not over[i] and hits[i] > 0 then
+    if allowed == 1 and not over[i] and hits[i] > 0 and width[i] > 0 then
+      record_buckets(key[i], log[i], rid, window[i], width[i], hits[i], part)
+      count[i] = count[i] + hits[i]
+    elseif allowed == 1 and not over[i] and hits[i] > 0 then
       -- Hits are numbered per key across the request, so a counter named twice gets distinct
       -- members.
       local first = (added[key[i]] or 0) + 1
@@ -139,10 +250,24 @@ local function decide(rid, part, n, k0, a0)
       count[i] = count[i] + hits[i]
     end
     -- Full after this request (the deny cache may remember it): unless provisional hits fill it.
-    if not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i]) then
+    if width[i] > 0 then
+      local span = window[i] / width[i]
+      if not over[i] and count[i] >= limit[i] and buckets_provisional(log[i], width[i], span) then
+        reset1[i] = -2
+      end
+      if not over[i] then
+        -- The oldest bucket holding hits, or the current one if this request filled the first.
+        local oldest = buckets[i][1]
+        local index = oldest and oldest[1] or math.floor(now / width[i])
+        reset[i] = 0
+        if count[i] > 0 then
+          reset[i] = math.max(bucket_leaves(index, width[i], span) - now, 0)
+        end
+      end
+    elseif not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i]) then
       reset1[i] = -2
     end
-    if not over[i] then
+    if not over[i] and width[i] == 0 then
       local oldest = redis.call('ZRANGE', key[i], 0, 0, 'WITHSCORES')
       if oldest[2] then
         reset[i] = math.max(tonumber(oldest[2]) + window[i] - now, 0)
@@ -166,7 +291,7 @@ local k = 1
 for _ = 1, tonumber(ARGV[1]) do
   local n = tonumber(ARGV[a + 2])
   decide(ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
-  a = a + 3 + 4 * n
+  a = a + 3 + 5 * n
   if tracked then
     k = k + 2 * n
   else

@@ -11,6 +11,20 @@ use crate::store::{Counter, CounterResult, StoreError};
 pub static SCRIPT: LazyLock<::redis::Script> =
     LazyLock::new(|| ::redis::Script::new(include_str!("../sliding_window.lua")));
 
+/// The compensation (`bucket_take_back.lua`) for `hits` hits of request `id` on the bucket counter `key`
+/// (with its provisional hash `log`). Sent as `EVAL`: compensations are rare, and a `NOSCRIPT`
+/// reply would leave the hits in place.
+pub fn take_back_buckets(key: &str, log: &str, id: &str, hits: u64) -> ::redis::Cmd {
+    ::redis::cmd("EVAL")
+        .arg(include_str!("../bucket_take_back.lua"))
+        .arg(2)
+        .arg(key)
+        .arg(log)
+        .arg(id)
+        .arg(hits.min(LUA_MAX))
+        .clone()
+}
+
 /// Largest limit, hit count or window (µs) sent to Lua, whose numbers are doubles: exact integers
 /// up to 2^53. A limit of 2^50 is unlimited in practice; a window of 2^50 µs is 35 years.
 const LUA_MAX: u64 = 1 << 50;
@@ -111,7 +125,7 @@ pub const PROVISIONAL_SUFFIX: &str = "p";
 pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd {
     let counters: usize = parts.iter().map(|p| p.counters.len()).sum();
     let keys = if logs { 2 * counters } else { counters };
-    let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 3 * parts.len() + 4 * counters, 64 * keys);
+    let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 3 * parts.len() + 5 * counters, 64 * keys);
     cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
     for part in parts {
         for c in part.counters {
@@ -132,7 +146,8 @@ pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd
             cmd.arg(c.limit.min(LUA_MAX))
                 .arg(window_micros(c.window))
                 .arg(c.hits.min(LUA_MAX))
-                .arg(if c.shadow { "1" } else { "0" });
+                .arg(if c.shadow { "1" } else { "0" })
+                .arg(bucket_width_micros(c));
         }
     }
     cmd
@@ -164,6 +179,16 @@ impl ::redis::ToRedisArgs for PrefixedKey<'_> {
         let _ = arg.write_all(self.0.as_bytes());
         let _ = arg.write_all(self.1.as_bytes());
         let _ = arg.write_all(self.2.as_bytes());
+    }
+}
+
+/// The bucket width the script gets for a counter: 0 for the exact log. A width that does not
+/// divide the window (never from validated rules) is sent as the log, which is exact.
+pub fn bucket_width_micros(c: &Counter) -> u64 {
+    let window = window_micros(c.window);
+    match c.precision.bucket_width().map(window_micros) {
+        Some(width) if width > 0 && window.is_multiple_of(width) => width,
+        _ => 0,
     }
 }
 
