@@ -183,14 +183,27 @@ enum Plan<'a> {
 }
 
 struct Limited<'a> {
-    /// The metrics `rule` label.
+    /// The metrics `rule` label of the descriptor.
     label: Cow<'a, str>,
     name: Option<&'a str>,
+    /// A limit's own `name` replaces `label` when that limit decides (not where the rule's
+    /// metrics show request values: `detailed_metric`, `value_to_metric`).
+    own_labels: bool,
     /// In the order of the descriptor's counters.
     limits: Cow<'a, [Limit]>,
     shadow: bool,
     hits: u64,
     counters: Range<usize>,
+}
+
+impl Limited<'_> {
+    /// The metrics `rule` label when the limit at `i` decides: its own name where it has one.
+    fn label_of(&self, i: usize) -> &str {
+        match self.limits.get(i).and_then(|l| l.name.as_deref()) {
+            Some(name) if self.own_labels => name,
+            _ => &self.label,
+        }
+    }
 }
 
 impl RateLimiter {
@@ -275,12 +288,8 @@ impl RateLimiter {
             .zip(matches)
             .map(|(descriptor, matched)| {
                 let hits = descriptor.hits_addend.unwrap_or(request.hits_addend.max(1));
-                let is_replaced = |m: &RuleMatch<'_>| {
-                    m.rule
-                        .name
-                        .as_deref()
-                        .is_some_and(|name| replacing.contains(&name))
-                };
+                let is_replaced =
+                    |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
                 match (descriptor.limit, matched) {
                     (Some(limit), _) => {
                         self.plan_override(&mut counters, request.domain, descriptor, limit, hits)
@@ -303,6 +312,7 @@ impl RateLimiter {
                         Plan::Limited(Limited {
                             label: m.stats_name,
                             name: m.rule.name.as_deref(),
+                            own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
                             hits,
@@ -333,6 +343,7 @@ impl RateLimiter {
             unit,
             unit_multiplier: 1,
             precision: Precision::automatic(requests_per_unit, unit.duration()),
+            name: None,
         };
         // No rule, so no precomputed parts: everything is escaped here (same encoding).
         let tag = CounterTag::new(domain, descriptor.entries.iter().copied());
@@ -340,6 +351,7 @@ impl RateLimiter {
         Plan::Limited(Limited {
             label: Cow::Owned(override_label(&descriptor.entries)),
             name: None,
+            own_labels: false,
             limits: Cow::Owned(vec![limit]),
             shadow: false,
             hits,
@@ -418,7 +430,13 @@ impl RateLimiter {
                 && range
                     .clone()
                     .any(|i| u128::from(results[i].count) * 5 >= u128::from(counters[i].limit) * 4);
-            let code = self.record(domain, limited, result.over_limit, near_limit);
+            let code = self.record(
+                domain,
+                limited,
+                chosen - range.start,
+                result.over_limit,
+                near_limit,
+            );
             let enforced_over = code == Code::OverLimit;
             let current = header_choice.as_ref().map(|(i, over, _)| (*i, *over));
             if better_for_headers((chosen, enforced_over), current, results) {
@@ -427,7 +445,7 @@ impl RateLimiter {
             let limit = &limited.limits[chosen - range.start];
             statuses.push(DescriptorStatus {
                 code,
-                current_limit: Some(current_limit(limited.name, limit)),
+                current_limit: Some(current_limit(limited, limit)),
                 limit_remaining: saturate_u32(result.remaining),
                 duration_until_reset: Some(result.reset_after),
             });
@@ -468,11 +486,11 @@ impl RateLimiter {
             .iter()
             .map(|plan| match plan {
                 Plan::Limited(limited) => DescriptorStatus {
-                    code: self.record(domain, limited, deny, false),
+                    code: self.record(domain, limited, 0, deny, false),
                     current_limit: limited
                         .limits
                         .first()
-                        .map(|limit| current_limit(limited.name, limit)),
+                        .map(|limit| current_limit(limited, limit)),
                     limit_remaining: 0,
                     duration_until_reset: None,
                 },
@@ -503,16 +521,24 @@ impl RateLimiter {
         }
     }
 
-    /// Counts a limited descriptor's decision and returns its code: over limit only when the
-    /// rule enforces (a shadow rule reports OK; the global shadow mode acts on the overall code).
-    fn record(&self, domain: &str, limited: &Limited<'_>, over: bool, near_limit: bool) -> Code {
+    /// Counts a limited descriptor's decision, under the label of the limit at `deciding`, and
+    /// returns its code: over limit only when the rule enforces (a shadow rule reports OK; the
+    /// global shadow mode acts on the overall code).
+    fn record(
+        &self,
+        domain: &str,
+        limited: &Limited<'_>,
+        deciding: usize,
+        over: bool,
+        near_limit: bool,
+    ) -> Code {
         let decision = match (over, limited.shadow || self.options.shadow_mode) {
             (false, _) => DecisionLabel::Allowed,
             (true, false) => DecisionLabel::Denied,
             (true, true) => DecisionLabel::ShadowDenied,
         };
         self.metrics
-            .rule(domain, &limited.label)
+            .rule(domain, limited.label_of(deciding))
             .record(decision, limited.hits, near_limit);
         if over && !limited.shadow {
             Code::OverLimit
@@ -701,9 +727,10 @@ fn saturate_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-fn current_limit(name: Option<&str>, limit: &Limit) -> CurrentLimit {
+/// The limit a descriptor reports, named by its own `name`, else by the rule's.
+fn current_limit(limited: &Limited<'_>, limit: &Limit) -> CurrentLimit {
     CurrentLimit {
-        name: name.map(str::to_string),
+        name: limit.name.as_deref().or(limited.name).map(str::to_string),
         requests_per_unit: saturate_u32(limit.requests_per_unit),
         unit: limit.unit,
         window: limit.window(),
@@ -750,6 +777,12 @@ descriptors:
     rate_limit: { name: general, unit: minute, requests_per_unit: 1 }
   - key: specific
     rate_limit: { name: specific, unit: minute, requests_per_unit: 5, replaces: [{ name: general }] }
+  - key: named
+    rate_limits:
+      - { name: per_second, unit: second, requests_per_unit: 2 }
+      - { name: per_hour, unit: hour, requests_per_unit: 3, precision: 1m }
+  - key: over_named
+    rate_limit: { unit: minute, requests_per_unit: 100, replaces: [{ name: per_hour }] }
 "#;
 
     struct Fixture {
@@ -1021,6 +1054,50 @@ descriptors:
             text.contains(r#"slidegate_decisions_total{decision="shadow_denied",domain="api",rule="shadow"} 1"#),
             "{text}"
         );
+    }
+
+    /// Each limit of `rate_limits` reports and counts under its own name when it decides, and
+    /// `replaces` may name any of them.
+    #[tokio::test]
+    async fn each_limit_reports_and_counts_under_its_own_name() {
+        let f = fixture(Options::default());
+        let req = request(vec![desc(&[("named", "a")])]);
+        let name = |r: &Response| {
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .and_then(|l| l.name.clone())
+        };
+        for _ in 0..2 {
+            assert_eq!(call(&f, &req).await.overall, Code::Ok);
+        }
+        let r = call(&f, &req).await;
+        assert_eq!(r.overall, Code::OverLimit);
+        assert_eq!(name(&r).as_deref(), Some("per_second"));
+        f.clock.advance(Duration::from_secs(1));
+        let r = call(&f, &req).await;
+        assert_eq!(r.overall, Code::Ok);
+        assert_eq!(
+            name(&r).as_deref(),
+            Some("per_hour"),
+            "the hour is now fuller"
+        );
+        f.clock.advance(Duration::from_secs(1));
+        let r = call(&f, &req).await;
+        assert_eq!(r.overall, Code::OverLimit);
+        assert_eq!(name(&r).as_deref(), Some("per_hour"));
+        let text = f.metrics.render();
+        for line in [
+            r#"slidegate_decisions_total{decision="denied",domain="api",rule="per_second"} 1"#,
+            r#"slidegate_decisions_total{decision="denied",domain="api",rule="per_hour"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // `replaces` names the second limit: the whole rule is skipped.
+        let both = request(vec![desc(&[("named", "b")]), desc(&[("over_named", "b")])]);
+        let r = call(&f, &both).await;
+        assert_eq!(r.statuses[0], NO_LIMIT);
+        assert_eq!(r.statuses[1].limit_remaining, 99);
     }
 
     #[tokio::test]

@@ -390,7 +390,10 @@ fn rule_lines_for_rlconfig() {
     assert!(line.contains("matching.yaml]"), "{line}");
     let line = find("matching client: ");
     assert!(
-        line.contains("5 per SECOND (window 1s, exact), 100 per 5 MINUTE (window 5m, exact)"),
+        line.contains(
+            "5 per SECOND (window 1s, exact), \
+             100 per 5 MINUTE (window 5m, exact, name=client_burst_and_sustained)"
+        ),
         "{line}"
     );
     assert!(find("matching tier_gold: ").contains("replaces=per_user_path"));

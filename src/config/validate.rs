@@ -198,8 +198,9 @@ impl Compiler {
 
     /// Compiles the `rate_limit`/`rate_limits` of a node into a rule, if it has one.
     ///
-    /// With `rate_limits`, `name` and `replaces` belong to the descriptor, not to one window: each
-    /// may be given on at most one entry (any one), so there is never a question of which wins.
+    /// With `rate_limits`, each entry may have its own `name` (distinct ones); `replaces` belongs
+    /// to the descriptor, not to one window, and may be given on at most one entry (any one), so
+    /// there is never a question of which wins.
     fn rule(
         &mut self,
         rate_limit: Option<RateLimitModel>,
@@ -254,13 +255,17 @@ impl Compiler {
             if model.unlimited {
                 self.unlimited(&model, &at, several);
                 status.unlimited = true;
-            } else if let Some(limit) = self.limit(&model, &at) {
+            } else if let Some(mut limit) = self.limit(&model, &at) {
+                limit.name = model.name.clone().filter(|name| !name.is_empty());
                 limits.push((at, limit));
             }
         }
         self.check_windows(&limits);
-        if let (Some(name), Some(at)) = (&status.name, &status.replaces_at)
-            && status.replaces.contains(name)
+        if let Some(at) = &status.replaces_at
+            && let Some((name, _)) = status
+                .names
+                .iter()
+                .find(|(name, _)| status.replaces.contains(name))
         {
             self.error(
                 &format!("{at}.replaces"),
@@ -273,7 +278,7 @@ impl Compiler {
         let rule = Arc::new(Rule {
             domain: self.domain.clone(),
             path: path.to_owned(),
-            name: status.name,
+            name: status.names.into_iter().next().map(|(name, _)| name),
             limits: limits.into_iter().map(|(_, limit)| limit).collect(),
             unlimited: status.unlimited,
             shadow_mode: flags.shadow_mode,
@@ -289,11 +294,14 @@ impl Compiler {
 
     fn name_and_replaces(&mut self, model: &RateLimitModel, at: &str, status: &mut RuleStatus) {
         if let Some(name) = &model.name {
-            if let Some(first) = &status.name_at {
+            if let Some((_, first)) = status.names.iter().find(|(other, _)| other == name) {
                 let first = first.clone();
                 self.error(
                     &format!("{at}.name"),
-                    format!("`name` is already given at {first}; give it once per descriptor"),
+                    format!(
+                        "`{name}` is already the name of {first}; each limit of a descriptor \
+                         needs its own name"
+                    ),
                 );
             } else if name.is_empty() {
                 self.error(
@@ -301,8 +309,7 @@ impl Compiler {
                     "empty name; remove it or give a name",
                 );
             } else {
-                status.name = Some(name.clone());
-                status.name_at = Some(at.to_owned());
+                status.names.push((name.clone(), at.to_owned()));
             }
         }
         if let Some(replaces) = &model.replaces {
@@ -405,6 +412,7 @@ impl Compiler {
             unit: unit?,
             unit_multiplier: unit_multiplier?,
             precision: Precision::Exact,
+            name: None,
         };
         let too_long = u32::try_from(limit.unit_multiplier)
             .ok()
@@ -487,7 +495,10 @@ impl Compiler {
         let names: HashSet<&str> = self
             .rules
             .iter()
-            .filter_map(|(_, rule)| rule.name.as_deref())
+            .flat_map(|(_, rule)| {
+                let limits = rule.limits.iter().filter_map(|l| l.name.as_deref());
+                rule.name.as_deref().into_iter().chain(limits)
+            })
             .collect();
         let mut unknown = Vec::new();
         for (at, rule) in &self.rules {
@@ -518,8 +529,8 @@ struct RuleFlags {
 /// What the entries of one `rate_limit`/`rate_limits` gave so far.
 #[derive(Default)]
 struct RuleStatus {
-    name: Option<String>,
-    name_at: Option<String>,
+    /// The names given so far, each with where.
+    names: Vec<(String, String)>,
     replaces: Vec<String>,
     /// Location of the `rate_limit` entry with `replaces`.
     replaces_at: Option<String>,
