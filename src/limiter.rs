@@ -10,7 +10,8 @@
 //!    envoyproxy/ratelimit (the override is never shadow, has no name and no `replaces`);
 //! 4. applies `replaces`: a matched rule whose `name` is in another matched rule's `replaces` is
 //!    skipped (status OK without a limit; its counters are untouched);
-//! 5. builds one [`Counter`] per limit of every remaining rule and asks the store **once**, so all
+//! 5. builds one [`Counter`] per limit of every remaining rule, refuses a descriptor that asks
+//!    an exact log for more than [`RequestLimits::max_hits`], and asks the store **once**, so all
 //!    counters of the request are decided all-or-nothing;
 //! 6. reports each descriptor's most restrictive counter (an over-limit one first, the one that
 //!    frees up last; else the one with the fewest hits remaining).
@@ -47,9 +48,12 @@ pub struct RequestLimits {
     pub max_entries: usize,
     /// For the domain and every key and value.
     pub max_value_bytes: usize,
-    /// Most hits one descriptor may add (its `hits_addend`, or the request's). A sliding log keeps
-    /// every hit (one sorted-set member each in Redis), so without a bound one request could ask
-    /// a client-chosen limit (a `RateLimitOverride`) for billions of hits and stall the store.
+    /// Most hits one descriptor may add (its `hits_addend`, or the request's) to a counter kept as
+    /// an exact log. A log keeps every hit (one sorted-set member each in Redis), so without a
+    /// bound one request could ask a client-chosen limit (a `RateLimitOverride`) for billions of
+    /// hits and stall the store. A bucket counter adds any number of hits in one field at the same
+    /// cost, so descriptors whose counters are all buckets take any `hits_addend` (the limit still
+    /// bounds what is admitted).
     pub max_hits: u64,
 }
 
@@ -255,6 +259,7 @@ impl RateLimiter {
         };
 
         let (plans, counters) = self.plan(request, domain);
+        check_log_hits(&plans, &counters, self.options.limits.max_hits)?;
         match self.decide(&counters).await {
             Ok(results) => Ok(self.respond(request.domain, &plans, &counters, &results)),
             Err(error) => self.on_store_error(request.domain, &plans, error),
@@ -632,12 +637,30 @@ pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), Lim
                 "descriptors[{i}].is_negative_hits is not supported (hits cannot be returned to a sliding window)"
             ));
         }
-        let hits = descriptor.hits_addend.unwrap_or(request.hits_addend.max(1));
-        if hits > limits.max_hits {
-            return invalid(format!(
-                "descriptors[{i}] asks for {hits} hits (at most {} allowed)",
-                limits.max_hits
-            ));
+    }
+    Ok(())
+}
+
+/// Refuses a descriptor that asks a counter kept as an exact log for more than `max_hits` hits
+/// (see [`RequestLimits::max_hits`]), before anything reaches the store.
+fn check_log_hits(
+    plans: &[Plan<'_>],
+    counters: &[Counter],
+    max_hits: u64,
+) -> Result<(), LimitError> {
+    for (i, plan) in plans.iter().enumerate() {
+        let Plan::Limited(limited) = plan else {
+            continue;
+        };
+        let logs = counters[limited.counters.clone()]
+            .iter()
+            .any(|c| c.precision == Precision::Exact);
+        if limited.hits > max_hits && logs {
+            return Err(LimitError::InvalidArgument(format!(
+                "descriptors[{i}] asks for {} hits (at most {max_hits} allowed on a limit kept \
+                 as an exact log)",
+                limited.hits
+            )));
         }
     }
     Ok(())

@@ -119,8 +119,10 @@ struct ServeArgs {
     /// Longest domain, entry key or entry value, in bytes.
     #[arg(long, env = "SLIDEGATE_MAX_VALUE_BYTES", default_value_t = RequestLimits::default().max_value_bytes)]
     max_value_bytes: usize,
-    /// Most hits one descriptor may add (`hits_addend`, `x-ratelimit-hits`); more is refused as
-    /// invalid. A sliding log stores every hit, so this bounds the work one request can cause.
+    /// Most hits one descriptor may add (`hits_addend`, `x-ratelimit-hits`) to a limit kept as an
+    /// exact log; more is refused as invalid. A log stores every hit, so this bounds the work one
+    /// request can cause. Limits kept as buckets (`precision`) take any number: a bucket adds them
+    /// in one count, at the same cost.
     #[arg(long, env = "SLIDEGATE_MAX_HITS", default_value_t = RequestLimits::default().max_hits)]
     max_hits: u64,
     /// Largest HTTP request body, in bytes (larger: 413).

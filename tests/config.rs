@@ -407,7 +407,7 @@ fn default_config_directory_loads() {
     let rules = load_path(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config"))
         .unwrap_or_else(|e| panic!("config/: {e}"));
     assert_eq!(rules.domain_names(), ["edge"]);
-    assert_eq!(rules.rule_count(), 5);
+    assert_eq!(rules.rule_count(), 6);
     let edge = rules.domain("edge").expect("edge");
     let check = |entries: &[(&str, &str)], stats: &str, windows: &[(u64, u64)]| {
         let m = edge
@@ -444,6 +444,11 @@ fn default_config_directory_loads() {
         &[(50, 1), (1000, 300)]
     ));
     assert!(check(&[("plan", "free")], "plan_free", &[(10, 60)]));
+    assert!(!check(
+        &[("api_key", "k1")],
+        "api_key_per_second",
+        &[(100, 1), (1_000_000, 86_400)]
+    ));
     assert!(edge.match_entries(&[("plan", "pro")]).is_none());
     assert!(edge.match_entries(&[("user_id", "u1")]).is_none());
 }
@@ -467,6 +472,10 @@ fn check_config_command() {
     );
     assert!(
         stdout.contains("100 per MINUTE (window 1m, exact) name=login_per_user"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1000000 per DAY (window 1day, buckets of 24m, name=api_key_per_day)"),
         "{stdout}"
     );
 
