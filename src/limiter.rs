@@ -1080,10 +1080,11 @@ descriptors:
     }
 
     /// Each limit of `rate_limits` reports and counts under its own name when it decides, and
-    /// `replaces` may name any of them.
+    /// `replaces` may name any of them. The hour is kept in buckets of a minute: its reset and
+    /// `Retry-After` come when the first hits' bucket leaves the hour, up to a minute late.
     #[tokio::test]
     async fn each_limit_reports_and_counts_under_its_own_name() {
-        let f = fixture(Options::default());
+        let f = fixture(headers_on());
         let req = request(vec![desc(&[("named", "a")])]);
         let name = |r: &Response| {
             r.statuses[0]
@@ -1109,6 +1110,16 @@ descriptors:
         let r = call(&f, &req).await;
         assert_eq!(r.overall, Code::OverLimit);
         assert_eq!(name(&r).as_deref(), Some("per_hour"));
+        let reset = r.statuses[0].duration_until_reset.unwrap_or_default();
+        let hour = Duration::from_secs(3600);
+        assert!(reset > hour - Duration::from_secs(2), "{reset:?}");
+        assert!(reset <= hour + Duration::from_secs(60), "{reset:?}");
+        let retry: Option<u64> = r
+            .headers
+            .iter()
+            .find(|(name, _)| *name == "retry-after")
+            .and_then(|(_, value)| value.parse().ok());
+        assert_eq!(retry, Some(ceil_secs(reset)), "{:?}", r.headers);
         let text = f.metrics.render();
         for line in [
             r#"slidegate_decisions_total{decision="denied",domain="api",rule="per_second"} 1"#,

@@ -826,7 +826,7 @@ async fn rlconfig_lists_every_rule() {
             .unwrap_or_else(|| panic!("no rule {path} in\n{text}"))
     };
     assert!(line("user").contains("3 per MINUTE") && line("user").contains("name=per_user"));
-    assert!(line("window").contains("10 per 30 SECOND") && line("window").contains("30s"));
+    assert!(line("window").contains("10 per 30 SECOND (window 30s, exact)"));
     assert!(line("free").contains("unlimited"));
     assert!(line("shadow").contains("shadow_mode"));
     assert!(line("specific").contains("replaces=general"));
