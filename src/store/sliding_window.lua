@@ -62,42 +62,89 @@ local function until_fits(key, excess, window)
 end
 
 -- Bucket counters. `span` buckets of `width` make the window; at `now` the buckets
--- `floor(now / width) - span ..= floor(now / width)` count (the oldest overlaps the window).
+-- `floor(now / width) - span ..= floor(now / width)` count (the oldest overlaps the window). Besides
+-- the buckets, the hash keeps 't', the hits of the buckets it holds, and 'o', the index of its
+-- oldest bucket (at or before it after a compensation): a decision reads those two fields, and
+-- the buckets themselves only as they leave the window or when it needs the oldest ones' hits.
+-- Every bucket is within `span` of 'o' (trimming runs before each record), so a range of buckets
+-- is at most `span + 1` fields.
+
+local function bucket_field(index)
+  return string.format('%d', index)
+end
 
 -- The instant at which bucket `index` stops overlapping the window.
 local function bucket_leaves(index, width, span)
   return (index + span + 1) * width
 end
 
--- Deletes the buckets of `key` that left the window; returns the hits of the others and them as
--- {index, hits}, oldest first.
-local function buckets_of(key, width, span)
-  local current = math.floor(now / width)
-  local fields = redis.call('HGETALL', key)
-  local list, gone, total = {}, {}, 0
-  for f = 1, #fields, 2 do
-    local index, hits = tonumber(fields[f]), tonumber(fields[f + 1])
-    if index + span < current then
-      gone[#gone + 1] = fields[f]
-    else
-      list[#list + 1] = {index, hits}
-      total = total + hits
-    end
+-- The fields of buckets `from ..= to`.
+local function bucket_fields(from, to)
+  local fields = {}
+  for index = from, to do
+    fields[#fields + 1] = bucket_field(index)
   end
-  if #gone > 0 then
-    redis.call('HDEL', key, unpack(gone))
-  end
-  table.sort(list, function(x, y) return x[1] < y[1] end)
-  return total, list
+  return fields
 end
 
--- Time until the oldest `excess` hits of `list` have left the window (the window if they never do).
-local function buckets_until_fits(list, excess, width, span, window)
+-- Deletes the buckets of `key` that left the window; returns the hits of the others and the index
+-- of the oldest of them (nil when none is left).
+local function buckets_trim(key, width, span)
+  local meta = redis.call('HMGET', key, 't', 'o')
+  local total, oldest = tonumber(meta[1]) or 0, tonumber(meta[2])
+  local current = math.floor(now / width)
+  local first = current - span
+  if total <= 0 or oldest == nil then
+    return 0, nil
+  end
+  if oldest >= first then
+    return total, oldest
+  end
+  if oldest + span < first then
+    -- Every bucket is within `span` of the oldest: all of them left.
+    redis.call('DEL', key)
+    return 0, nil
+  end
+  local stale = bucket_fields(oldest, first - 1)
+  local hits = redis.call('HMGET', key, unpack(stale))
+  for j = 1, #stale do
+    total = total - (tonumber(hits[j]) or 0)
+  end
+  redis.call('HDEL', key, unpack(stale))
+  if total <= 0 then
+    redis.call('DEL', key)
+    return 0, nil
+  end
+  local rest = bucket_fields(first, current)
+  hits = redis.call('HMGET', key, unpack(rest))
+  oldest = current
+  for j = 1, #rest do
+    if tonumber(hits[j]) then
+      oldest = first + j - 1
+      break
+    end
+  end
+  redis.call('HSET', key, 't', total, 'o', bucket_field(oldest))
+  return total, oldest
+end
+
+-- Time until the oldest `excess` hits of `key` (buckets from `oldest` on) have left the window;
+-- the window if they never do. The oldest bucket alone usually covers it (one hit over the limit).
+local function buckets_until_fits(key, oldest, excess, width, span, window)
+  if oldest == nil then
+    return window
+  end
+  local first = tonumber(redis.call('HGET', key, bucket_field(oldest)))
+  if first and first >= excess then
+    return math.max(bucket_leaves(oldest, width, span) - now, 0)
+  end
+  local fields = bucket_fields(oldest, math.floor(now / width))
+  local hits = redis.call('HMGET', key, unpack(fields))
   local seen = 0
-  for _, bucket in ipairs(list) do
-    seen = seen + bucket[2]
+  for j = 1, #fields do
+    seen = seen + (tonumber(hits[j]) or 0)
     if seen >= excess then
-      return math.max(bucket_leaves(bucket[1], width, span) - now, 0)
+      return math.max(bucket_leaves(oldest + j - 1, width, span) - now, 0)
     end
   end
   return window
@@ -121,14 +168,15 @@ local function buckets_provisional(log, width, span)
   return held
 end
 
--- Pass one for a bucket counter: count, decide, and the waits (see the reply's fields).
+-- Pass one for a bucket counter: count, decide, and the waits (see the reply's fields); also
+-- returns the oldest bucket's index for pass two.
 local function decide_buckets(key, log, limit, window, width, hits, pending)
   local span = window / width
-  local total, list = buckets_of(key, width, span)
+  local total, oldest = buckets_trim(key, width, span)
   local c = total + pending
   local over, reset, reset1 = false, 0, -1
   if c + 1 > limit then
-    reset1 = buckets_until_fits(list, c + 1 - limit, width, span, window)
+    reset1 = buckets_until_fits(key, oldest, c + 1 - limit, width, span, window)
     if buckets_provisional(log, width, span) then
       reset1 = -2
     end
@@ -137,19 +185,22 @@ local function decide_buckets(key, log, limit, window, width, hits, pending)
     over, reset = true, window
   elseif c + math.max(hits, 1) > limit then
     over = true
-    reset = buckets_until_fits(list, c + math.max(hits, 1) - limit, width, span, window)
+    reset = buckets_until_fits(key, oldest, c + math.max(hits, 1) - limit, width, span, window)
   end
-  return c, over, reset, reset1, list
+  return c, over, reset, reset1, oldest
 end
 
--- Pass two for an admitted bucket counter: adds its hits to the current bucket (and, for a
--- cross-slot part, names that bucket in the provisional hash) and keeps the keys until the
+-- Pass two for an admitted bucket counter: adds its hits to the current bucket and the total (and,
+-- for a cross-slot part, names that bucket in the provisional hash) and keeps the keys until the
 -- current bucket leaves the window.
 local function record_buckets(key, log, rid, window, width, hits, part)
   local span = window / width
   local current = math.floor(now / width)
-  local field = string.format('%d', current)
+  local field = bucket_field(current)
   redis.call('HINCRBY', key, field, hits)
+  if redis.call('HINCRBY', key, 't', hits) == hits then
+    redis.call('HSET', key, 'o', field)
+  end
   local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
   redis.call('PEXPIRE', key, ttl)
   if part and log then
@@ -256,12 +307,12 @@ local function decide(rid, part, n, k0, a0)
         reset1[i] = -2
       end
       if not over[i] then
-        -- The oldest bucket holding hits, or the current one if this request filled the first.
-        local oldest = buckets[i][1]
-        local index = oldest and oldest[1] or math.floor(now / width[i])
+        -- Until the oldest hit's bucket leaves: the oldest bucket before this request, or the
+        -- current one if this request (or an earlier one of the call) holds the first hits.
         reset[i] = 0
         if count[i] > 0 then
-          reset[i] = math.max(bucket_leaves(index, width[i], span) - now, 0)
+          local oldest = buckets[i] or math.floor(now / width[i])
+          reset[i] = buckets_until_fits(key[i], oldest, 1, width[i], span, window[i])
         end
       end
     elseif not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i]) then

@@ -20,10 +20,12 @@
 //!
 //! A bucket counter ([`Precision::Buckets`](crate::store::Precision), its key ending in `b` and
 //! the width) is a hash instead: field = bucket index (Redis time / width), value = hits admitted
-//! in that bucket. The same script call decides it beside the logs (`HGETALL`, deleting buckets
-//! that left the window, summing the rest with the oldest overlapping bucket whole; `HINCRBY` of
-//! the current bucket only if the request is admitted) and expires the hash when its newest bucket
-//! leaves the window. It holds at most one field per bucket of the window, whatever the traffic:
+//! in that bucket, plus `t` (their sum) and `o` (the oldest bucket). The same script call decides
+//! it beside the logs: it reads `t` and `o`, deletes the buckets that left the window (the oldest
+//! overlapping bucket counts whole), reads the oldest bucket only when it needs its hits (a deny,
+//! the reset time), and only if the request is admitted `HINCRBY`s the current bucket and `t`; the
+//! hash expires when its newest bucket leaves the window. So a decision costs about what the log's
+//! does (BENCHMARKS.md, "Buckets against the log"), however many buckets the window has. It holds at most one field per bucket of the window, whatever the traffic:
 //! a 10,000,000-per-day counter taking 200,000 hits grows `used_memory` by under 64 KB
 //! (`redis_bucket_counter_memory_is_bounded`), where the log would take about 20 MB. In a cluster,
 //! a cross-slot part's hits on a bucket counter are noted in its provisional hash (request id →
