@@ -997,7 +997,12 @@ async fn hits_are_bounded_before_they_reach_redis() {
     let r = call(&mut client, with_hits(10_000_000, Some(forever))).await;
     assert_eq!(r.overall_code(), Code::Ok);
     let buckets = "slidegate:{hostile:big=h}31536000000b525600000000";
-    assert_eq!(redis.cli(&["HVALS", buckets]), "10000000");
+    assert_eq!(redis.cli(&["HGET", buckets, "t"]), "10000000");
+    assert_eq!(
+        redis.cli(&["HLEN", buckets]),
+        "3",
+        "one bucket, its total and its index"
+    );
     redis.cli(&["DEL", buckets]);
     let started = Instant::now();
     let r = call(&mut client, with_hits(4096, None)).await;
