@@ -320,7 +320,7 @@ async fn all_or_nothing(f: &Fixture) {
 }
 
 /// A request with more counters than one slice of the script's packed answer holds (1000
-/// integers, 4 per counter): every counter is answered, in order.
+/// integers, 5 per counter): every counter is answered, in order.
 async fn many_counters(f: &Fixture) {
     let w = Duration::from_secs(60);
     let counters: Vec<Counter> = (0..300)
@@ -659,6 +659,16 @@ async fn mixed_representations(f: &Fixture) {
         "[{}] denied requests left buckets alone",
         f.name
     );
+    if matches!(f.backend, Backend::Cluster(_)) {
+        // The provisional hash counts per bucket, not per request: the admitted request's hit.
+        let log = format!("{PREFIX}{}p", bucket.key.as_str());
+        assert_eq!(
+            f.cli_key(&["HVALS"], &log).as_deref(),
+            Some("1"),
+            "[{}] taken back from the provisional hash too",
+            f.name
+        );
+    }
     // The bucket counter denies: a roomy log records nothing.
     let roomy = counter("mixed", "roomy", 10, w, 1);
     assert!(f.decide(&[hits(bucket.clone(), 2)]).await.allowed);
@@ -1576,11 +1586,16 @@ async fn redis_bucket_counter_keeps_its_total_and_oldest() {
     let gaps = [0, 5, 20, 60, 130, 520];
     for step in 0..120 {
         tokio::time::sleep(Duration::from_millis(gaps[next(6) as usize])).await;
+        let sent = Instant::now();
         let d = store
             .decide(&[hits(c.clone(), next(4))])
             .await
             .expect("decide");
         let fields = server.cli(&["HGETALL", &key]);
+        if fields.trim().is_empty() && sent.elapsed() >= w {
+            // Looked at so late (a loaded machine) that the counter may have expired since.
+            continue;
+        }
         let lines: Vec<&str> = fields.lines().filter(|l| !l.is_empty()).collect();
         let mut buckets: Vec<(u64, u64)> = Vec::new();
         let (mut total, mut oldest) = (None, None);

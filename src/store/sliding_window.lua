@@ -18,17 +18,18 @@
 --   then per counter: limit, window (us), hits, shadow ('1' or '0'), bucket width (us; 0: the log)
 -- KEYS, per request: its n counter keys (one hash slot in a cluster), then, in a cluster, their n
 --   provisional logs: the hits of cross-slot requests, which the store takes back if another
---   slot denies the request (for a bucket counter a hash: request id -> bucket index)
+--   slot denies the request (for a bucket counter a hash: bucket index -> provisional hits)
 --
 -- Returns one string of 64-bit little-endian integers (`struct.pack`): parsing one bulk string
 -- costs the client a fraction of an array of small integers, and Redis no more. Per request:
---   allowed, then per counter: over, count, reset_after_us, reset1_us
+--   allowed, then per counter: over, count, reset_after_us, reset1_us, bucket
 --   over            1 if this counter cannot take the request's hits
 --   count           hits in the window after the decision
 --   reset_after_us  over: until the request's hits fit (the window if they never can);
 --                   otherwise until the oldest hit leaves the window (0 if empty)
 --   reset1_us       until one hit fits, -1 if one fits now (for the local deny cache); -2 if the
 --                   counter is full but holds provisional hits, which may leave before their time
+--   bucket          the bucket a bucket counter's hits went to (for taking them back), else -1
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -150,7 +151,8 @@ local function buckets_until_fits(key, oldest, excess, width, span, window)
   return window
 end
 
--- Whether the provisional hash `log` names a request whose bucket still counts (cluster only).
+-- Whether the provisional hash `log` (bucket index -> provisional hits, at most `span + 1` buckets
+-- once trimmed) holds hits in a bucket that still counts (cluster only).
 local function buckets_provisional(log, width, span)
   if not log then
     return false
@@ -159,9 +161,9 @@ local function buckets_provisional(log, width, span)
   local fields = redis.call('HGETALL', log)
   local held = false
   for f = 1, #fields, 2 do
-    if tonumber(fields[f + 1]) + span < current then
+    if tonumber(fields[f]) + span < current then
       redis.call('HDEL', log, fields[f])
-    else
+    elseif tonumber(fields[f + 1]) > 0 then
       held = true
     end
   end
@@ -191,9 +193,9 @@ local function decide_buckets(key, log, limit, window, width, hits, pending)
 end
 
 -- Pass two for an admitted bucket counter: adds its hits to the current bucket and the total (and,
--- for a cross-slot part, names that bucket in the provisional hash) and keeps the keys until the
--- current bucket leaves the window.
-local function record_buckets(key, log, rid, window, width, hits, part)
+-- for a cross-slot part, to that bucket of the provisional hash) and keeps the keys until the
+-- current bucket leaves the window. Returns the bucket's index.
+local function record_buckets(key, log, window, width, hits, part)
   local span = window / width
   local current = math.floor(now / width)
   local field = bucket_field(current)
@@ -204,9 +206,10 @@ local function record_buckets(key, log, rid, window, width, hits, part)
   local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
   redis.call('PEXPIRE', key, ttl)
   if part and log then
-    redis.call('HSET', log, rid, field)
+    redis.call('HINCRBY', log, field, hits)
     redis.call('PEXPIRE', log, ttl)
   end
+  return current
 end
 
 -- Decides one request whose keys start at KEYS[k0] and counters at ARGV[a0]; appends its answer.
@@ -266,8 +269,9 @@ local function decide(rid, part, n, k0, a0)
   out[#out + 1] = allowed
   local added = {}
   for i = 1, n do
+    local bucket = -1
     if allowed == 1 and not over[i] and hits[i] > 0 and width[i] > 0 then
-      record_buckets(key[i], log[i], rid, window[i], width[i], hits[i], part)
+      bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], part)
       count[i] = count[i] + hits[i]
     elseif allowed == 1 and not over[i] and hits[i] > 0 then
       -- Hits are numbered per key across the request, so a counter named twice gets distinct
@@ -334,6 +338,7 @@ local function decide(rid, part, n, k0, a0)
     out[#out + 1] = count[i]
     out[#out + 1] = reset[i]
     out[#out + 1] = reset1[i]
+    out[#out + 1] = bucket
   end
 end
 

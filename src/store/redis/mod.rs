@@ -28,8 +28,9 @@
 //! does (BENCHMARKS.md, "Buckets against the log"), however many buckets the window has. It holds at most one field per bucket of the window, whatever the traffic:
 //! a 10,000,000-per-day counter taking 200,000 hits grows `used_memory` by under 64 KB
 //! (`redis_bucket_counter_memory_is_bounded`), where the log would take about 20 MB. In a cluster,
-//! a cross-slot part's hits on a bucket counter are noted in its provisional hash (request id →
-//! bucket), and the compensation takes them off that bucket (`bucket_take_back.lua`).
+//! a cross-slot part's hits on a bucket counter also go to its provisional hash (bucket index →
+//! provisional hits, bounded like the counter); the script reports the bucket it used, and the
+//! compensation takes the hits off that bucket of both (`bucket_take_back.lua`).
 //!
 //! # Standalone
 //! A `redis://` or `rediss://` URL (`[user:pass@]host:port[/db]`). The script runs atomically, so
@@ -486,15 +487,16 @@ impl RedisStore {
         let mut results: Vec<Option<Reported>> = vec![None; counters.len()];
         let mut allowed = true;
         let mut failure = None;
-        // Counters whose hits were recorded by an allowing group: what to take back on a deny.
-        let mut recorded: Vec<usize> = Vec::new();
+        // Counters whose hits were recorded by an allowing group (with the bucket, for bucket
+        // counters): what to take back on a deny.
+        let mut recorded: Vec<(usize, Option<u64>)> = Vec::new();
         for ((_, group), answer) in groups.iter().zip(answers) {
             match answer {
                 Ok(reply) => {
                     allowed &= reply.allowed;
                     for (&i, r) in group.iter().zip(reply.counters) {
                         if reply.allowed && !r.result.over_limit && counters[i].hits > 0 {
-                            recorded.push(i);
+                            recorded.push((i, r.bucket));
                         }
                         results[i] = Some(r);
                     }
@@ -508,7 +510,7 @@ impl RedisStore {
         if !allowed && !recorded.is_empty() {
             self.take_back(&lane.conn, &keys, counters, &recorded, &id)
                 .await;
-            for &i in &recorded {
+            for &(i, _) in &recorded {
                 if let Some(Reported { result: r, .. }) = results[i].as_mut() {
                     r.count = r.count.saturating_sub(counters[i].hits);
                     r.remaining = counters[i].limit.saturating_sub(r.count);
@@ -536,29 +538,26 @@ impl RedisStore {
         conn: &ClusterConnection,
         keys: &[String],
         counters: &[Counter],
-        recorded: &[usize],
+        recorded: &[(usize, Option<u64>)],
         id: &str,
     ) {
-        // Hits are numbered per key across the request (a counter may be named twice).
-        let mut per_key: Vec<(String, u64, bool)> = Vec::new();
-        for &i in recorded {
+        // Hits are numbered per key across the request (a counter may be named twice; a bucket
+        // counter named twice took both in one bucket).
+        let mut per_key: Vec<(String, u64, Option<u64>)> = Vec::new();
+        for &(i, bucket) in recorded {
             match per_key.iter_mut().find(|(k, _, _)| *k == keys[i]) {
                 Some((_, hits, _)) => *hits += counters[i].hits,
-                None => per_key.push((
-                    keys[i].clone(),
-                    counters[i].hits,
-                    script::bucket_width_micros(&counters[i]) > 0,
-                )),
+                None => per_key.push((keys[i].clone(), counters[i].hits, bucket)),
             }
         }
         // From the counter and from its provisional log, where a cross-slot part's hits also go;
-        // a bucket counter's come off the bucket its provisional hash names.
+        // a bucket counter's come off the bucket the script reported.
         let removals: Vec<::redis::Cmd> = per_key
             .into_iter()
-            .flat_map(|(key, hits, buckets)| {
+            .flat_map(|(key, hits, bucket)| {
                 let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
-                if buckets {
-                    return vec![script::take_back_buckets(&key, &log, id, hits)];
+                if let Some(bucket) = bucket {
+                    return vec![script::take_back_buckets(&key, &log, bucket, hits)];
                 }
                 let members = script::members(id, hits);
                 let zrem = |key: &str| ::redis::cmd("ZREM").arg(key).arg(&members).clone();
