@@ -9,8 +9,10 @@
 //! - [`service`]: the transports (gRPC RLS, HTTP `/json`, `/check`, health, `/rlconfig`, `/metrics`).
 //! - [`metrics`]: the Prometheus registry.
 //! - [`mod@bench`]: a gRPC load generator for any RateLimitService v3 server.
+//! - [`compat`]: envoyproxy/ratelimit's environment variables, mapped onto slidegate's settings.
 
 pub mod bench;
+pub mod compat;
 pub mod config;
 pub mod limiter;
 pub mod metrics;

@@ -3,16 +3,19 @@
 //! The limiter is transport-neutral: gRPC `ShouldRateLimit`, `POST /json` and `/check` all build a
 //! [`Request`] and call [`RateLimiter::should_rate_limit`]. One call:
 //!
-//! 1. validates the request ([`RequestLimits`]; violations are [`LimitError::InvalidArgument`]);
+//! 1. validates the request against what only a proxy's configuration decides ([`RequestLimits`];
+//!    violations are [`LimitError::InvalidArgument`]); what a client can choose is decided instead:
+//!    a long value is counted under its digest, hits past the request's budget are a deny;
 //! 2. loads the live rules once (one `ArcSwap` load, so a reload mid-request cannot mix rule sets);
 //! 3. matches each descriptor to at most one rule; a descriptor `limit` override (Envoy's
 //!    `RateLimitOverride`) replaces the rule lookup whenever the domain is configured, as in
 //!    envoyproxy/ratelimit (the override is never shadow, has no name and no `replaces`);
 //! 4. applies `replaces`: a matched rule whose `name` is in another matched rule's `replaces` is
 //!    skipped (status OK without a limit; its counters are untouched);
-//! 5. builds one [`Counter`] per limit of every remaining rule, refuses a descriptor that asks
-//!    an exact log for more than [`RequestLimits::max_hits`], and asks the store **once**, so all
-//!    counters of the request are decided all-or-nothing;
+//! 5. builds one [`Counter`] per limit of every remaining rule, within the request's budget of
+//!    hits on exact logs (a descriptor past it is over limit, and then no counter of the request
+//!    records hits), and asks the store **once**, so all counters of the request are decided
+//!    all-or-nothing;
 //! 6. reports each descriptor's most restrictive counter (an over-limit one first, the one that
 //!    frees up last; else the one with the fewest hits remaining).
 //!
@@ -39,21 +42,28 @@ use crate::metrics::{DecisionLabel, Metrics};
 use crate::store::key::CounterTag;
 use crate::store::{Counter, CounterResult, FailureMode, Store, StoreError};
 
-/// Bounds on what one request may carry. Generous defaults: real proxies send a handful of
-/// descriptors with a few short entries; the bounds only keep a hostile client from making one
-/// request arbitrarily expensive.
+/// Bounds on what one request may carry, the same for gRPC, `/json` and `/check`.
+///
+/// Each bound is answered by who can break it. The proxy's configuration decides how many
+/// descriptors and entries a request has, and its domain and keys: a request over those bounds
+/// can only come from a misconfigured proxy and is refused (`INVALID_ARGUMENT`, HTTP 400). Values
+/// and hits can come from clients (a header, a path, a token count), and a refusal would let them
+/// through (Envoy treats an error like an outage and, with `failure_mode_deny: false`, passes the
+/// request uncounted). So a long value is counted under its digest, and hits over the budget are a
+/// deny: no input a client chooses makes a request skip its limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestLimits {
     pub max_descriptors: usize,
     pub max_entries: usize,
-    /// For the domain and every key and value.
+    /// Longest domain and key (longer: refused); a longer value is counted under its SHA-256
+    /// digest instead of its text, so a counter's key stays small and the limit still holds.
     pub max_value_bytes: usize,
-    /// Most hits one descriptor may add (its `hits_addend`, or the request's) to a counter kept as
-    /// an exact log. A log keeps every hit (one sorted-set member each in Redis), so without a
-    /// bound one request could ask a client-chosen limit (a `RateLimitOverride`) for billions of
-    /// hits and stall the store. A bucket counter adds any number of hits in one field at the same
-    /// cost, so descriptors whose counters are all buckets take any `hits_addend` (the limit still
-    /// bounds what is admitted).
+    /// Most hits one request may add to counters kept as exact logs, summed over them (a log
+    /// checked with 0 hits, and every bucket counter, counts as 1). A sliding log keeps every hit
+    /// (one sorted-set member each in Redis), so this bounds what one request costs the store. A
+    /// bucket counter adds any number of hits in one field at the same cost, so its hits are free
+    /// (its limit still bounds what is admitted). A limited descriptor past the budget is
+    /// `OVER_LIMIT` without being counted, and nothing of the denied request is recorded.
     pub max_hits: u64,
 }
 
@@ -65,6 +75,30 @@ impl Default for RequestLimits {
             max_value_bytes: 4096,
             max_hits: 4096,
         }
+    }
+}
+
+impl RequestLimits {
+    /// Refuses more than `max_descriptors` (checked while decoding, before the rest is built).
+    pub fn check_descriptors(&self, count: usize) -> Result<(), LimitError> {
+        if count > self.max_descriptors {
+            return Err(LimitError::InvalidArgument(format!(
+                "too many descriptors: {count} (at most {} allowed)",
+                self.max_descriptors
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses more than `max_entries` in descriptor `i`.
+    pub fn check_entries(&self, i: usize, count: usize) -> Result<(), LimitError> {
+        if count > self.max_entries {
+            return Err(LimitError::InvalidArgument(format!(
+                "descriptors[{i}] has too many entries: {count} (at most {} allowed)",
+                self.max_entries
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -184,6 +218,9 @@ enum Plan<'a> {
     /// Replaced by another matched rule of the request.
     Replaced,
     Limited(Limited<'a>),
+    /// Limited, but its hits do not fit in what is left of the request's budget
+    /// ([`RequestLimits::max_hits`]): over limit without a counter.
+    OverBudget(Limited<'a>),
 }
 
 struct Limited<'a> {
@@ -259,7 +296,6 @@ impl RateLimiter {
         };
 
         let (plans, counters) = self.plan(request, domain);
-        check_log_hits(&plans, &counters, self.options.limits.max_hits)?;
         match self.decide(&counters).await {
             Ok(results) => Ok(self.respond(request.domain, &plans, &counters, &results)),
             Err(error) => self.on_store_error(request.domain, &plans, error),
@@ -287,7 +323,8 @@ impl RateLimiter {
             .flat_map(|m| m.rule.replaces.iter().map(String::as_str))
             .collect();
         let mut counters = Scratch::with_capacity(request.descriptors.len());
-        let plans = request
+        let mut budget = self.options.limits.max_hits;
+        let plans: Scratch<Plan<'a>> = request
             .descriptors
             .iter()
             .zip(matches)
@@ -297,7 +334,10 @@ impl RateLimiter {
                     |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
                 match (descriptor.limit, matched) {
                     (Some(limit), _) => {
-                        self.plan_override(&mut counters, request.domain, descriptor, limit, hits)
+                        let limited = override_plan(descriptor, limit, hits);
+                        self.admit(&mut counters, &mut budget, limited, || {
+                            self.override_tag(request.domain, &descriptor.entries)
+                        })
                     }
                     (None, None) => Plan::NoRule,
                     (None, Some(m)) if m.rule.unlimited => Plan::Unlimited {
@@ -306,62 +346,83 @@ impl RateLimiter {
                     },
                     (None, Some(m)) if is_replaced(&m) => Plan::Replaced,
                     (None, Some(m)) if m.rule.limits.is_empty() => Plan::NoRule,
-                    (None, Some(m)) => {
-                        let range = self.push_counters(
-                            &mut counters,
-                            m.counter_tag(),
-                            &m.rule.limits,
-                            hits,
-                            m.rule.shadow_mode,
-                        );
-                        Plan::Limited(Limited {
-                            label: m.stats_name,
+                    (None, Some(mut m)) => {
+                        let limited = Limited {
+                            // Moved out: the tag below needs only the match's entries.
+                            label: std::mem::take(&mut m.stats_name),
                             name: m.rule.name.as_deref(),
                             own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
                             hits,
-                            counters: range,
-                        })
+                            counters: 0..0,
+                        };
+                        self.admit(&mut counters, &mut budget, limited, || self.match_tag(&m))
                     }
                 }
             })
             .collect();
+        // A request that an over-budget descriptor denies must record nothing, as any denied
+        // request: its other counters are only checked.
+        let denied = plans
+            .iter()
+            .any(|p| matches!(p, Plan::OverBudget(l) if !l.shadow));
+        if denied && !self.options.shadow_mode {
+            counters.iter_mut().for_each(|c| c.hits = 0);
+        }
         (plans, counters)
     }
 
-    /// A descriptor with a limit override: one counter on the request's entries, never shadow,
-    /// no name (as in envoyproxy/ratelimit).
-    fn plan_override<'a>(
+    /// Gives a limited descriptor its counters when its cost ([`budget_cost`]) fits in the
+    /// request's `budget`, or plans it over limit.
+    fn admit<'a>(
         &self,
         counters: &mut Scratch<Counter>,
-        domain: &str,
-        descriptor: &'a Descriptor<'_>,
-        limit: LimitOverride,
-        hits: u64,
+        budget: &mut u64,
+        mut limited: Limited<'a>,
+        tag: impl FnOnce() -> CounterTag,
     ) -> Plan<'a> {
-        let requests_per_unit = u64::from(limit.requests_per_unit);
-        // Validated: an override without a known unit is rejected before planning.
-        let unit = limit.unit.unwrap_or(Unit::Second);
-        let limit = Limit {
-            requests_per_unit,
-            unit,
-            unit_multiplier: 1,
-            precision: Precision::automatic(requests_per_unit, unit.duration()),
-            name: None,
-        };
-        // No rule, so no precomputed parts: everything is escaped here (same encoding).
-        let tag = CounterTag::new(domain, descriptor.entries.iter().copied());
-        let range = self.push_counters(counters, tag, std::slice::from_ref(&limit), hits, false);
-        Plan::Limited(Limited {
-            label: Cow::Owned(override_label(&descriptor.entries)),
-            name: None,
-            own_labels: false,
-            limits: Cow::Owned(vec![limit]),
-            shadow: false,
-            hits,
-            counters: range,
-        })
+        let cost = budget_cost(&limited.limits, limited.hits);
+        if cost > *budget {
+            return Plan::OverBudget(limited);
+        }
+        *budget -= cost;
+        limited.counters = self.push_counters(
+            counters,
+            tag(),
+            &limited.limits,
+            limited.hits,
+            limited.shadow,
+        );
+        Plan::Limited(limited)
+    }
+
+    /// The counter tag of a matched descriptor, with its long values replaced by their digests
+    /// ([`counted_value`]).
+    fn match_tag(&self, m: &RuleMatch<'_>) -> CounterTag {
+        let max = self.options.limits.max_value_bytes;
+        if m.counter_entries.iter().all(|(_, v)| counted_as_is(v, max)) {
+            return m.counter_tag();
+        }
+        let values: Scratch<Cow<'_, str>> = m
+            .counter_entries
+            .iter()
+            .map(|(_, v)| counted_value(v, max))
+            .collect();
+        m.counter_tag_with(values.iter().map(AsRef::as_ref))
+    }
+
+    /// The counter tag of a limit override: no rule, so everything is escaped here (the same
+    /// encoding), long values replaced by their digests ([`counted_value`]).
+    fn override_tag(&self, domain: &str, entries: &[(&str, &str)]) -> CounterTag {
+        let max = self.options.limits.max_value_bytes;
+        let values: Scratch<Cow<'_, str>> =
+            entries.iter().map(|(_, v)| counted_value(v, max)).collect();
+        let counted = entries.iter().zip(&values);
+        CounterTag::new(
+            domain,
+            counted.map(|(&(key, _), value)| (key, value.as_ref())),
+        )
     }
 
     /// One store call for all counters (none when there are no counters), timed.
@@ -418,11 +479,16 @@ impl RateLimiter {
     ) -> Response {
         let mut statuses = Vec::with_capacity(plans.len());
         // The counter whose state the headers show: (index, enforced over limit), and the
-        // counters of its descriptor (for the policy).
+        // counters of its descriptor (for the policy). Only enforced limits are candidates: a
+        // shadow limit (its rule's or the global shadow mode) changes nothing a client sees.
         let mut header_choice: Option<(usize, bool, Range<usize>)> = None;
         for plan in plans {
             let limited = match plan {
                 Plan::Limited(limited) => limited,
+                Plan::OverBudget(limited) => {
+                    statuses.push(self.status_undecided(domain, limited, true));
+                    continue;
+                }
                 other => {
                     statuses.push(self.status_without_limit(domain, other));
                     continue;
@@ -444,7 +510,8 @@ impl RateLimiter {
             );
             let enforced_over = code == Code::OverLimit;
             let current = header_choice.as_ref().map(|(i, over, _)| (*i, *over));
-            if better_for_headers((chosen, enforced_over), current, results) {
+            let enforced = !counters[chosen].shadow;
+            if enforced && better_for_headers((chosen, enforced_over), current, results) {
                 header_choice = Some((chosen, enforced_over, range.clone()));
             }
             let limit = &limited.limits[chosen - range.start];
@@ -490,15 +557,8 @@ impl RateLimiter {
         let statuses: Vec<DescriptorStatus> = plans
             .iter()
             .map(|plan| match plan {
-                Plan::Limited(limited) => DescriptorStatus {
-                    code: self.record(domain, limited, 0, deny, false),
-                    current_limit: limited
-                        .limits
-                        .first()
-                        .map(|limit| current_limit(limited, limit)),
-                    limit_remaining: 0,
-                    duration_until_reset: None,
-                },
+                Plan::Limited(limited) => self.status_undecided(domain, limited, deny),
+                Plan::OverBudget(limited) => self.status_undecided(domain, limited, true),
                 other => self.status_without_limit(domain, other),
             })
             .collect();
@@ -507,6 +567,26 @@ impl RateLimiter {
             statuses,
             headers: Vec::new(),
         })
+    }
+
+    /// The status (and metrics) of a limited descriptor that the store did not decide (a store
+    /// failure, or hits over the budget): over limit when `over`, with the first limit, nothing
+    /// remaining and no reset.
+    fn status_undecided(
+        &self,
+        domain: &str,
+        limited: &Limited<'_>,
+        over: bool,
+    ) -> DescriptorStatus {
+        DescriptorStatus {
+            code: self.record(domain, limited, 0, over, false),
+            current_limit: limited
+                .limits
+                .first()
+                .map(|limit| current_limit(limited, limit)),
+            limit_remaining: 0,
+            duration_until_reset: None,
+        }
     }
 
     /// The status (and metrics) of a descriptor that no limit applies to.
@@ -522,7 +602,7 @@ impl RateLimiter {
                     .record(DecisionLabel::Allowed, *hits, false);
                 UNLIMITED
             }
-            Plan::Replaced | Plan::Limited(_) => NO_LIMIT,
+            Plan::Replaced | Plan::Limited(_) | Plan::OverBudget(_) => NO_LIMIT,
         }
     }
 
@@ -577,7 +657,8 @@ const UNLIMITED: DescriptorStatus = DescriptorStatus {
     duration_until_reset: None,
 };
 
-/// Checks the request against the protocol's rules and the configured bounds.
+/// Checks the request against the protocol's rules and the bounds that only a proxy's
+/// configuration can break (see [`RequestLimits`]); values and hits are not refused here.
 pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), LimitError> {
     let invalid = |message: String| Err(LimitError::InvalidArgument(message));
     if request.domain.is_empty() {
@@ -593,38 +674,24 @@ pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), Lim
     if request.descriptors.is_empty() {
         return invalid("rate limit descriptor list must not be empty".into());
     }
-    if request.descriptors.len() > limits.max_descriptors {
-        return invalid(format!(
-            "too many descriptors: {} (at most {} allowed)",
-            request.descriptors.len(),
-            limits.max_descriptors
-        ));
-    }
+    limits.check_descriptors(request.descriptors.len())?;
     for (i, descriptor) in request.descriptors.iter().enumerate() {
         if descriptor.entries.is_empty() {
             return invalid(format!("descriptors[{i}] has no entries"));
         }
-        if descriptor.entries.len() > limits.max_entries {
-            return invalid(format!(
-                "descriptors[{i}] has too many entries: {} (at most {} allowed)",
-                descriptor.entries.len(),
-                limits.max_entries
-            ));
-        }
-        for (j, (key, value)) in descriptor.entries.iter().enumerate() {
+        limits.check_entries(i, descriptor.entries.len())?;
+        for (j, (key, _)) in descriptor.entries.iter().enumerate() {
             if key.is_empty() {
                 return invalid(format!(
                     "descriptors[{i}].entries[{j}].key must not be empty"
                 ));
             }
-            for (what, text) in [("key", key), ("value", value)] {
-                if text.len() > limits.max_value_bytes {
-                    return invalid(format!(
-                        "descriptors[{i}].entries[{j}].{what} is {} bytes long (at most {} allowed)",
-                        text.len(),
-                        limits.max_value_bytes
-                    ));
-                }
+            if key.len() > limits.max_value_bytes {
+                return invalid(format!(
+                    "descriptors[{i}].entries[{j}].key is {} bytes long (at most {} allowed)",
+                    key.len(),
+                    limits.max_value_bytes
+                ));
             }
         }
         if descriptor.limit.is_some_and(|l| l.unit.is_none()) {
@@ -636,31 +703,6 @@ pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), Lim
             return invalid(format!(
                 "descriptors[{i}].is_negative_hits is not supported (hits cannot be returned to a sliding window)"
             ));
-        }
-    }
-    Ok(())
-}
-
-/// Refuses a descriptor that asks a counter kept as an exact log for more than `max_hits` hits
-/// (see [`RequestLimits::max_hits`]), before anything reaches the store.
-fn check_log_hits(
-    plans: &[Plan<'_>],
-    counters: &[Counter],
-    max_hits: u64,
-) -> Result<(), LimitError> {
-    for (i, plan) in plans.iter().enumerate() {
-        let Plan::Limited(limited) = plan else {
-            continue;
-        };
-        let logs = counters[limited.counters.clone()]
-            .iter()
-            .any(|c| c.precision == Precision::Exact);
-        if limited.hits > max_hits && logs {
-            return Err(LimitError::InvalidArgument(format!(
-                "descriptors[{i}] asks for {} hits (at most {max_hits} allowed on a limit kept \
-                 as an exact log)",
-                limited.hits
-            )));
         }
     }
     Ok(())
@@ -760,6 +802,71 @@ fn current_limit(limited: &Limited<'_>, limit: &Limit) -> CurrentLimit {
     }
 }
 
+/// What a descriptor's counters cost of the request's hit budget ([`RequestLimits::max_hits`]):
+/// its hits on each exact log (at least 1, so the budget also bounds the number of counters and
+/// the store's work for one request), 1 for each bucket counter, whose cost does not grow with
+/// its hits.
+fn budget_cost(limits: &[Limit], hits: u64) -> u64 {
+    limits.iter().fold(0u64, |sum, limit| {
+        let cost = match limit.precision {
+            Precision::Exact => hits.max(1),
+            Precision::Buckets(_) => 1,
+        };
+        sum.saturating_add(cost)
+    })
+}
+
+/// A descriptor with a limit override: one counter on the request's entries, never shadow,
+/// no name (as in envoyproxy/ratelimit).
+fn override_plan<'a>(descriptor: &Descriptor<'_>, limit: LimitOverride, hits: u64) -> Limited<'a> {
+    let requests_per_unit = u64::from(limit.requests_per_unit);
+    // Validated: an override without a known unit is rejected before planning.
+    let unit = limit.unit.unwrap_or(Unit::Second);
+    let limit = Limit {
+        requests_per_unit,
+        unit,
+        unit_multiplier: 1,
+        precision: Precision::automatic(requests_per_unit, unit.duration()),
+        name: None,
+    };
+    Limited {
+        label: Cow::Owned(override_label(&descriptor.entries)),
+        name: None,
+        own_labels: false,
+        limits: Cow::Owned(vec![limit]),
+        shadow: false,
+        hits,
+        counters: 0..0,
+    }
+}
+
+/// Marks the digest that stands for a value in a counter key. A value that starts with it is
+/// itself counted under its digest, so no value counted as is can name a digest's counter.
+const DIGEST_MARK: char = '\0';
+
+/// Whether `value` is counted under its own text.
+fn counted_as_is(value: &str, max_value_bytes: usize) -> bool {
+    value.len() <= max_value_bytes && !value.starts_with(DIGEST_MARK)
+}
+
+/// The value a counter key holds for `value`: the value itself, or for one longer than
+/// `--max-value-bytes` its SHA-256 digest (71 bytes), so a client's long header neither escapes
+/// its limit nor makes a counter's key as long as it likes.
+fn counted_value(value: &str, max_value_bytes: usize) -> Cow<'_, str> {
+    if counted_as_is(value, max_value_bytes) {
+        return Cow::Borrowed(value);
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
+    let mut text = String::with_capacity(8 + 2 * digest.as_ref().len());
+    text.push(DIGEST_MARK);
+    text.push_str("sha256:");
+    for byte in digest.as_ref() {
+        // Writing to a String cannot fail.
+        let _ = write!(text, "{byte:02x}");
+    }
+    Cow::Owned(text)
+}
+
 /// The metrics label of an override: the entry keys joined with `.`, like a rule path (keys come
 /// from the proxy's configuration; values, which clients choose, are left out).
 fn override_label(entries: &[(&str, &str)]) -> String {
@@ -806,6 +913,8 @@ descriptors:
       - { name: per_hour, unit: hour, requests_per_unit: 3, precision: 1m }
   - key: over_named
     rate_limit: { unit: minute, requests_per_unit: 100, replaces: [{ name: per_hour }] }
+  - key: tokens
+    rate_limit: { unit: minute, requests_per_unit: 100000, precision: 1s }
 "#;
 
     struct Fixture {
@@ -1193,10 +1302,6 @@ descriptors:
                 "descriptors[1].entries[0].key must not be empty",
             ),
             (
-                request(vec![desc(&[("k", &long)])]),
-                "entries[0].value is 9 bytes",
-            ),
-            (
                 request(vec![desc(&[(&long, "v")])]),
                 "entries[0].key is 9 bytes",
             ),
@@ -1218,6 +1323,121 @@ descriptors:
                 other => panic!("expected InvalidArgument({expected}), got {other:?}"),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_long_value_is_counted_under_its_digest() {
+        let f = fixture(Options {
+            limits: RequestLimits {
+                max_value_bytes: 8,
+                ..RequestLimits::default()
+            },
+            ..Options::default()
+        });
+        let long = "x".repeat(5000);
+        let other = "y".repeat(5000);
+        // The long value is decided and counted, like any other: 3 per minute.
+        let req = request(vec![desc(&[("user", &long)])]);
+        for remaining in [2, 1, 0] {
+            assert_eq!(call(&f, &req).await.statuses[0].limit_remaining, remaining);
+        }
+        assert_eq!(call(&f, &req).await.overall, Code::OverLimit);
+        // Another long value has its own counter.
+        let fresh = request(vec![desc(&[("user", &other)])]);
+        assert_eq!(call(&f, &fresh).await.statuses[0].limit_remaining, 2);
+        // An over-limit request stays denied when a long value rides along (issue 24).
+        let both = request(vec![desc(&[("user", &long)]), desc(&[("two", &other)])]);
+        assert_eq!(call(&f, &both).await.overall, Code::OverLimit);
+
+        let rules = f.limiter.rules().load_full();
+        let domain = rules.domain("api").expect("domain api");
+        let (_, counters) = f.limiter.plan(&req, domain);
+        let key = counters[0].key.as_str();
+        assert!(key.len() < 100, "{key}");
+        assert!(key.starts_with("{api:user=%00sha256%3A"), "{key}");
+        // The digest's own text is counted under a digest too: no short value names its counter.
+        let digest = counted_value(&long, 8);
+        let spoof = request(vec![desc(&[("user", &digest)])]);
+        let (_, spoofed) = f.limiter.plan(&spoof, domain);
+        assert_ne!(spoofed[0].key, counters[0].key);
+        // Values within the bound keep their text, as before.
+        let short = request(vec![desc(&[("user", "alice")])]);
+        assert_eq!(
+            f.limiter.plan(&short, domain).1[0].key.as_str(),
+            "{api:user=alice}60000"
+        );
+    }
+
+    #[tokio::test]
+    async fn hits_over_the_budget_deny_and_record_nothing() {
+        let f = fixture(Options {
+            limits: RequestLimits {
+                max_hits: 4,
+                ..RequestLimits::default()
+            },
+            ..Options::default()
+        });
+        // `two` has two limits: 2 hits cost 4, the whole budget.
+        let mut two = desc(&[("two", "b")]);
+        two.hits_addend = Some(2);
+        let mut user = desc(&[("user", "b")]);
+        user.hits_addend = Some(1);
+        let r = call(&f, &request(vec![two.clone(), user.clone()])).await;
+        assert_eq!(r.overall, Code::OverLimit);
+        assert_eq!(r.statuses[1].code, Code::OverLimit, "past the budget");
+        assert_eq!(r.statuses[1].limit_remaining, 0);
+        // The denied request recorded nothing: both counters are still empty.
+        for (d, remaining) in [(&user, 3), (&two, 2)] {
+            let mut d = d.clone();
+            d.hits_addend = Some(0);
+            let r = call(&f, &request(vec![d])).await;
+            assert_eq!(r.statuses[0].limit_remaining, remaining);
+        }
+        // One descriptor over the budget alone: denied, not refused.
+        let mut many = desc(&[("user", "c")]);
+        many.hits_addend = Some(5);
+        let r = call(&f, &request(vec![many])).await;
+        assert_eq!(r.statuses[0].code, Code::OverLimit);
+        // A shadow rule over the budget reports OK and denies nothing.
+        let mut shadow = desc(&[("shadow", "s")]);
+        shadow.hits_addend = Some(5);
+        let r = call(&f, &request(vec![shadow, user.clone()])).await;
+        assert_eq!(r.overall, Code::Ok);
+        assert_eq!(r.statuses[1].limit_remaining, 2);
+        // Descriptors without a limit cost nothing.
+        let mut free = desc(&[("nothing", "x")]);
+        free.hits_addend = Some(1000);
+        assert_eq!(call(&f, &request(vec![free])).await.overall, Code::Ok);
+    }
+
+    #[tokio::test]
+    async fn bucket_hits_are_free_of_the_budget() {
+        let f = fixture(Options {
+            limits: RequestLimits {
+                max_hits: 4,
+                ..RequestLimits::default()
+            },
+            ..Options::default()
+        });
+        // 50,000 hits on a bucket counter cost 1, so 3 more on an exact log fit the budget of 4.
+        let mut tokens = desc(&[("tokens", "t")]);
+        tokens.hits_addend = Some(50_000);
+        let mut user = desc(&[("user", "t")]);
+        user.hits_addend = Some(3);
+        let r = call(&f, &request(vec![tokens.clone(), user.clone()])).await;
+        assert_eq!(r.overall, Code::Ok);
+        assert_eq!(r.statuses[0].limit_remaining, 50_000);
+        assert_eq!(r.statuses[1].limit_remaining, 0);
+        // The bucket counter still counts 1 of the budget: with 4 hits on the log, the request is
+        // over it, denied, and records nothing on either.
+        let mut other = desc(&[("user", "u")]);
+        other.hits_addend = Some(4);
+        let r = call(&f, &request(vec![tokens.clone(), other])).await;
+        assert_eq!(r.overall, Code::OverLimit);
+        assert_eq!(r.statuses[1].code, Code::OverLimit, "past the budget");
+        tokens.hits_addend = Some(0);
+        let r = call(&f, &request(vec![tokens])).await;
+        assert_eq!(r.statuses[0].limit_remaining, 50_000);
     }
 
     /// A store that always fails, for the failure modes.

@@ -1,6 +1,7 @@
 //! The `slidegate` command line: `serve` (the default), `check-config` and `bench`. Wiring only: the
 //! behaviour lives in the library.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,15 +11,20 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use arc_swap::ArcSwap;
 use clap::builder::BoolishValueParser;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
 
+use slidegate::compat::Translation;
+use slidegate::config::RuleSet;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
+use slidegate::config::source::xds::{XdsOptions, XdsSource, XdsTls};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
+use slidegate::server::limits::{self, ServerLimits};
 use slidegate::server::{Apps, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
@@ -48,10 +54,15 @@ enum Command {
     /// /healthcheck, /rlconfig, /metrics). The default.
     Serve(ServeArgs),
     /// Checks rule files: prints every error (exit 1), or a summary and every rule with each
-    /// limit's window and representation (exact log or buckets of a width) (exit 0).
+    /// limit's window and representation (exact log or buckets of a width) (exit 0); and a warning
+    /// for every file skipped and every value read differently from a strict YAML reading.
     CheckConfig {
-        /// A rule file, or a directory of `*.yaml`/`*.yml` files.
+        /// A rule file, or a directory of rule files (every file not starting with `.`).
         path: PathBuf,
+        /// The server's --max-entries: a rule deeper than this can never match (a request
+        /// reaching it would be refused), and is reported with a warning.
+        #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
+        max_entries: usize,
     },
     /// Loads any RateLimitService v3 server over gRPC and reports throughput, latency
     /// percentiles and allowed/denied/error counts (text and one JSON line).
@@ -64,9 +75,52 @@ enum Command {
 
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
-    /// Rule file or directory of `*.yaml` files; reloaded on change and on SIGHUP.
-    #[arg(long, env = "SLIDEGATE_CONFIG", default_value = "config")]
-    config: PathBuf,
+    /// Rule file or directory of rule files (every file not starting with `.`); reloaded on
+    /// change and on SIGHUP [default: config]. Not with --xds-server (which overrides
+    /// SLIDEGATE_CONFIG).
+    #[arg(long, env = "SLIDEGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Whether `config` came from `SLIDEGATE_CONFIG` (an image's default, perhaps) rather than
+    /// the command line: --xds-server then overrides it instead of conflicting.
+    #[arg(skip)]
+    config_from_env: bool,
+    /// Control plane that serves the rules over xDS instead of rule files (as Envoy Gateway serves
+    /// envoyproxy/ratelimit: `RateLimitConfig` resources, ADS, state of the world): `host:port`,
+    /// `http://host:port` or `https://host:port`. With it no rule files are read.
+    #[arg(long, env = "SLIDEGATE_XDS_SERVER")]
+    xds_server: Option<String>,
+    /// Node id sent to the control plane, which chooses the rules by it (Envoy Gateway serves
+    /// `envoy-ratelimit`).
+    #[arg(long, env = "SLIDEGATE_XDS_NODE_ID", default_value = "default")]
+    xds_node_id: String,
+    /// Node metadata sent to the control plane: `key=value` pairs, comma-separated.
+    #[arg(long, env = "SLIDEGATE_XDS_NODE_METADATA", value_delimiter = ',',
+          value_parser = slidegate::config::source::xds::parse_metadata_pair)]
+    xds_node_metadata: Vec<(String, String)>,
+    /// First wait before connecting to the control plane again after a failure, e.g. `3s`; it
+    /// doubles after each failed attempt, up to 60 s.
+    #[arg(long, env = "SLIDEGATE_XDS_CONNECT_RETRY_INTERVAL", default_value = "3s", value_parser = humantime::parse_duration)]
+    xds_connect_retry_interval: Duration,
+    /// PEM file of CA certificates to verify the control plane with (turns TLS on) [default: the
+    /// system roots, for `https://`].
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_CA_FILE")]
+    xds_tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate chain shown to the control plane (mutual TLS; turns TLS on; needs
+    /// --xds-tls-key-file).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_CERT_FILE")]
+    xds_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --xds-tls-cert-file.
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_KEY_FILE")]
+    xds_tls_key_file: Option<PathBuf>,
+    /// Name to verify in the control plane's certificate when it is not the host of
+    /// --xds-server (turns TLS on).
+    #[arg(long, env = "SLIDEGATE_XDS_TLS_SERVER_NAME")]
+    xds_tls_server_name: Option<String>,
+    /// With --xds-server: report ready before the control plane has sent rules. Until they arrive
+    /// no request matches a rule, so every request is allowed.
+    #[arg(long, env = "SLIDEGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    force_start_without_initial_config: bool,
     /// Address of the gRPC server (RateLimitService, health, reflection).
     #[arg(long, env = "SLIDEGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     grpc_addr: SocketAddr,
@@ -110,19 +164,23 @@ struct ServeArgs {
     /// Domain of /check requests that send no `x-ratelimit-domain` header.
     #[arg(long, env = "SLIDEGATE_CHECK_DOMAIN")]
     check_domain: Option<String>,
-    /// Most descriptors one request may carry.
+    /// Most descriptors one request may carry; more is refused (INVALID_ARGUMENT / 400): only a
+    /// proxy's configuration decides how many it sends.
     #[arg(long, env = "SLIDEGATE_MAX_DESCRIPTORS", default_value_t = RequestLimits::default().max_descriptors)]
     max_descriptors: usize,
-    /// Most entries one descriptor may carry.
+    /// Most entries one descriptor may carry; more is refused, as for --max-descriptors.
     #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
     max_entries: usize,
-    /// Longest domain, entry key or entry value, in bytes.
+    /// Longest domain or entry key, in bytes (longer is refused). A longer entry value, which a
+    /// client can choose, is not refused: it is counted under its SHA-256 digest.
     #[arg(long, env = "SLIDEGATE_MAX_VALUE_BYTES", default_value_t = RequestLimits::default().max_value_bytes)]
     max_value_bytes: usize,
-    /// Most hits one descriptor may add (`hits_addend`, `x-ratelimit-hits`) to a limit kept as an
-    /// exact log; more is refused as invalid. A log stores every hit, so this bounds the work one
-    /// request can cause. Limits kept as buckets (`precision`) take any number: a bucket adds them
-    /// in one count, at the same cost.
+    /// Most hits one request may add to limits kept as exact logs, summed over its counters
+    /// (`hits_addend`, `x-ratelimit-hits`; a log checked with 0 hits counts 1). A sliding log
+    /// stores every hit, so this bounds the store's work for one request (and for one Redis script
+    /// call). Limits kept as buckets (`precision`) take any number of hits, each bucket counter
+    /// counting 1: a bucket adds them in one count, at the same cost. A limited descriptor past it
+    /// is answered over limit, and the request records nothing.
     #[arg(long, env = "SLIDEGATE_MAX_HITS", default_value_t = RequestLimits::default().max_hits)]
     max_hits: u64,
     /// Largest HTTP request body, in bytes (larger: 413).
@@ -135,6 +193,38 @@ struct ServeArgs {
     /// How long to let in-flight calls finish after SIGTERM/SIGINT, e.g. `5s`.
     #[arg(long, env = "SLIDEGATE_DRAIN_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     drain_timeout: Duration,
+    /// Most open connections, gRPC and HTTP ports together; more are closed as they are accepted
+    /// and counted in `slidegate_connections_refused_total` [default: the soft file-descriptor
+    /// limit (`ulimit -n`) less 64].
+    #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS", default_value_t = limits::default_max_connections(), hide_default_value = true, value_parser = clap::value_parser!(usize))]
+    max_connections: usize,
+    /// Most open connections from one client IP address, both ports together.
+    #[arg(
+        long,
+        env = "SLIDEGATE_MAX_CONNECTIONS_PER_PEER",
+        default_value_t = 1024
+    )]
+    max_connections_per_peer: usize,
+    /// Time a new connection has to start: gRPC, the HTTP/2 preface; HTTP, each request's
+    /// headers (which also closes an HTTP/1.1 connection idle that long between requests).
+    #[arg(long, env = "SLIDEGATE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    handshake_timeout: Duration,
+    /// A gRPC connection without calls in flight for this long is closed (GOAWAY); `0s` never.
+    #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+    /// Time for a request's body to arrive: a gRPC call's message (else DEADLINE_EXCEEDED), an
+    /// HTTP request as a whole (else 408).
+    #[arg(long, env = "SLIDEGATE_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    body_timeout: Duration,
+    /// HTTP/2 keepalive: a PING this often on every connection; one not answered by the next is
+    /// closed. `0s` turns it off.
+    #[arg(long, env = "SLIDEGATE_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    keepalive_interval: Duration,
+    /// Bytes of incomplete gRPC messages held, all connections together (each connection holds
+    /// at most one largest message, 4 MiB); a call over it waits for room, then for the body
+    /// timeout.
+    #[arg(long, env = "SLIDEGATE_MAX_BUFFERED_BYTES", default_value_t = 64 << 20)]
+    max_buffered_bytes: usize,
     /// Log format.
     #[arg(long, env = "SLIDEGATE_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -157,25 +247,97 @@ enum LogFormat {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (cli, compat, config_from_env) = match parse_cli(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!("slidegate: {error}");
+            // As clap does for a bad flag.
+            return ExitCode::from(2);
+        }
+    };
     match cli.command {
-        Some(Command::CheckConfig { path }) => check_config(&path),
-        Some(Command::Serve(args)) => serve_main(args),
+        Some(Command::CheckConfig { path, max_entries }) => check_config(&path, max_entries),
+        Some(Command::Serve(args)) => serve_main(
+            ServeArgs {
+                config_from_env,
+                ..args
+            },
+            compat,
+        ),
         Some(Command::Bench(args)) => bench_main(args),
-        None => serve_main(cli.serve),
+        None => serve_main(
+            ServeArgs {
+                config_from_env,
+                ..cli.serve
+            },
+            compat,
+        ),
     }
 }
 
-/// `slidegate check-config PATH`: one error per line on stderr and exit 1, or a summary and every
-/// rule (with each limit's window and representation) and exit 0.
-fn check_config(path: &Path) -> ExitCode {
-    match slidegate::config::load_path(path) {
+/// The command line, with envoyproxy/ratelimit's environment ([`slidegate::compat`]) filling in
+/// the `serve` settings that neither a flag nor a `SLIDEGATE_*` variable set. Those settings are
+/// appended as flags and the command line parsed again, so that clap checks them as it checks
+/// any flag. Also says whether `--config` came from `SLIDEGATE_CONFIG` (an image's default, which
+/// `--xds-server` overrides).
+fn parse_cli(
+    mut args: Vec<OsString>,
+) -> Result<(Cli, Option<Translation>, bool), slidegate::compat::CompatError> {
+    let mut matches = Cli::command().get_matches_from(&args);
+    let translation = match matches.subcommand() {
+        None | Some(("serve", _)) => slidegate::compat::translate(|name| std::env::var(name).ok())?,
+        Some(_) => None,
+    };
+    if let Some(translation) = &translation {
+        let serve = serve_matches(&matches);
+        let unset = |id: &str| {
+            matches!(
+                serve.value_source(id),
+                None | Some(ValueSource::DefaultValue)
+            )
+        };
+        let extra: Vec<OsString> = translation
+            .settings
+            .iter()
+            .filter(|setting| unset(setting.id))
+            .map(|setting| OsString::from(setting.arg()))
+            .collect();
+        args.extend(extra);
+        matches = Cli::command().get_matches_from(&args);
+    }
+    let config_from_env =
+        serve_matches(&matches).value_source("config") == Some(ValueSource::EnvVariable);
+    Ok((from_matches(&matches), translation, config_from_env))
+}
+
+/// The `serve` settings: the subcommand's, or the top level's when it is left out.
+fn serve_matches(matches: &clap::ArgMatches) -> &clap::ArgMatches {
+    matches.subcommand_matches("serve").unwrap_or(matches)
+}
+
+fn from_matches(matches: &clap::ArgMatches) -> Cli {
+    Cli::from_arg_matches(matches).unwrap_or_else(|error| error.exit())
+}
+
+/// `slidegate check-config PATH`: warnings (`warning: ` lines: files skipped, values read
+/// differently from a strict YAML reading, rules no request can reach) and errors on stderr, exit
+/// 1 on any error; else a summary and every rule (with each limit's window and representation) on
+/// stdout and exit 0.
+fn check_config(path: &Path, max_entries: usize) -> ExitCode {
+    let checked = slidegate::config::check_path(path);
+    for warning in &checked.warnings {
+        eprintln!("warning: {warning}");
+    }
+    match checked.rules {
         Ok(rules) => {
-            println!(
-                "OK: {} rules in {} domains",
-                rules.rule_count(),
-                rules.domain_names().len()
-            );
+            for warning in unreachable_rules(&rules, max_entries) {
+                eprintln!("warning: {warning}");
+            }
+            let domains = rules.domain_names().len();
+            println!("OK: {} rules in {domains} domains", rules.rule_count());
+            if domains == 0 {
+                println!("(no rules: every request would be answered OK)");
+            }
             // Every limit with its window and representation (exact log or buckets), as chosen.
             for rule in rules.rules() {
                 println!("{rule}");
@@ -187,6 +349,23 @@ fn check_config(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// One message per rule deeper than `max_entries`: no request can reach it, since a descriptor
+/// with more entries is refused.
+fn unreachable_rules(rules: &slidegate::config::RuleSet, max_entries: usize) -> Vec<String> {
+    rules
+        .rules()
+        .into_iter()
+        .filter(|rule| rule.depth > max_entries)
+        .map(|rule| {
+            format!(
+                "{}: rule {} of domain {} is {} levels deep, but a request carries at most \
+                 {max_entries} entries per descriptor (--max-entries): it can never match",
+                rule.source, rule.path, rule.domain, rule.depth
+            )
+        })
+        .collect()
 }
 
 /// `slidegate bench`: the load generator builds its own runtimes, one per thread.
@@ -213,11 +392,7 @@ fn bench_main(args: slidegate::bench::BenchArgs) -> ExitCode {
     }
 }
 
-fn serve_main(args: ServeArgs) -> ExitCode {
-    if let Err(error) = init_logging(&args) {
-        eprintln!("slidegate: {error:#}");
-        return ExitCode::FAILURE;
-    }
+fn serve_main(args: ServeArgs, compat: Option<Translation>) -> ExitCode {
     // The main thread runs start-up, the acceptors, reloads, health checks and the Redis
     // connection; the calls themselves run on the workers (`slidegate::server`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -226,11 +401,32 @@ fn serve_main(args: ServeArgs) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            tracing::error!(%error, "cannot start the async runtime");
+            eprintln!("slidegate: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    // Before anything else: until a handler is installed, SIGHUP's default action kills the
+    // process, and deploy tools send it whenever they change the rules, start-up included. One
+    // that arrives while the rules load causes a reload once they are loaded.
+    let hangup = {
+        let _entered = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    };
+    let hangup = match hangup {
+        Ok(hangup) => hangup,
+        Err(error) => {
+            eprintln!("slidegate: cannot listen for SIGHUP: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(error) = init_logging(&args) {
+        eprintln!("slidegate: {error:#}");
+        return ExitCode::FAILURE;
+    }
+    if let Some(translation) = compat {
+        log_compat(&translation);
+    }
+    match runtime.block_on(serve(args, hangup)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
@@ -256,37 +452,50 @@ fn init_logging(args: &ServeArgs) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::Result<()> {
     // redis-rs uses rustls without choosing a crypto provider; `rediss://` needs one installed.
     // An error means one is installed already, which is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
     log_effective_config(&args);
 
     let metrics = Arc::new(Metrics::new());
-    let rules = slidegate::config::load_path(&args.config).map_err(|errors| {
-        anyhow::anyhow!(
-            "cannot load rules from {}:\n{errors}",
-            args.config.display()
-        )
-    })?;
-    tracing::info!(
-        rules = rules.rule_count(),
-        domains = rules.domain_names().len(),
-        path = %args.config.display(),
-        "rules loaded"
-    );
-    for rule in rules.rules() {
-        tracing::info!(%rule, "rule");
-    }
-    metrics.set_rules_loaded(rules.rule_count());
+    let xds = xds_options(&args)?;
+    let config = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+    let rules = match &xds {
+        Some(_) => RuleSet::empty(),
+        None => load_rules(&config, args.max_entries)?,
+    };
+    metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
     let reload_metrics = Arc::clone(&metrics);
-    let hook: ReloadHook = Arc::new(move |outcome: &ReloadOutcome| match outcome {
-        ReloadOutcome::Loaded { rules } => reload_metrics.config_reload(true, Some(*rules)),
-        ReloadOutcome::Failed(_) => reload_metrics.config_reload(false, None),
+    let reloaded = Arc::clone(&live);
+    let hook: ReloadHook = Arc::new(move |outcome, status| {
+        let loaded = matches!(outcome, ReloadOutcome::Loaded { .. });
+        reload_metrics.config_reload(loaded);
+        if loaded {
+            reload_metrics.set_rules(&reloaded.load());
+        }
+        reload_metrics.set_config_status(status);
     });
-    let _reloader = Reloader::spawn(args.config.clone(), Arc::clone(&live), hook)
-        .with_context(|| format!("cannot watch {}", args.config.display()))?;
+    // Kept until the end: dropping the source stops it.
+    let source = match xds {
+        Some(options) => RuleSource::Xds(
+            XdsSource::spawn(options, Arc::clone(&live), hook)
+                .context("cannot start the xDS client")?,
+        ),
+        None => RuleSource::Files(
+            Reloader::spawn(config.clone(), Arc::clone(&live), hook, hangup)
+                .with_context(|| format!("cannot watch {}", config.display()))?,
+        ),
+    };
+    let config_status = match &source {
+        RuleSource::Files(reloader) => reloader.status(),
+        RuleSource::Xds(xds) => xds.status(),
+    };
+    metrics.set_config_status(&config_status.load());
 
     let store = open_store(&args).await?;
     let options = Options {
@@ -303,7 +512,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let limiter = Arc::new(RateLimiter::new(live, store, options, Arc::clone(&metrics)));
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    let health = Health::new(reporter).await;
+    let health_service = health_service.max_decoding_message_size(BRIDGED_MESSAGE);
+    let health = match &source {
+        RuleSource::Files(_) => Health::new(reporter).await,
+        RuleSource::Xds(xds) => Health::gated(reporter, xds.ready()).await,
+    };
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));
 
@@ -320,12 +533,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .context("cannot build gRPC reflection")?;
+        .context("cannot build gRPC reflection")?
+        .max_decoding_message_size(BRIDGED_MESSAGE);
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .context("cannot build gRPC reflection")?;
+        .context("cannot build gRPC reflection")?
+        .max_decoding_message_size(BRIDGED_MESSAGE);
     let apps = Apps {
         grpc: GrpcApp::new(
             GrpcService::new(Arc::clone(&limiter)),
@@ -338,15 +553,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 limiter: Arc::clone(&limiter),
                 health: Arc::clone(&health),
                 check_domain: args.check_domain.clone(),
+                config_status,
             },
             args.max_body_bytes,
         ),
     };
     let mut workers = Workers::start(
         usize::from(args.workers),
-        grpc_listener,
-        http_listener,
+        (grpc_listener, http_listener),
         apps,
+        server_limits(&args),
+        Arc::clone(&metrics),
         stop_rx,
     )
     .context("cannot start the worker threads")?;
@@ -369,6 +586,93 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Health and reflection requests are a few hundred bytes: their streams may buffer no more than
+/// this each (tonic's default is 4 MiB), so that 100 streams on one connection hold little.
+const BRIDGED_MESSAGE: usize = 16 << 10;
+
+fn server_limits(args: &ServeArgs) -> ServerLimits {
+    ServerLimits {
+        max_connections: args.max_connections,
+        max_connections_per_peer: args.max_connections_per_peer,
+        handshake_timeout: args.handshake_timeout,
+        idle_timeout: args.idle_timeout,
+        body_timeout: args.body_timeout,
+        keepalive_interval: args.keepalive_interval,
+        max_buffered_bytes: args.max_buffered_bytes,
+        drain_timeout: args.drain_timeout,
+    }
+}
+
+/// The rule path when neither --config nor --xds-server is given.
+const DEFAULT_CONFIG: &str = "config";
+
+/// Where the rules come from; dropping it stops the watching or the xDS client.
+enum RuleSource {
+    Files(Reloader),
+    Xds(XdsSource),
+}
+
+/// The rule files at start: without them slidegate does not start.
+fn load_rules(config: &Path, max_entries: usize) -> anyhow::Result<RuleSet> {
+    let rules = slidegate::config::load_path(config).map_err(|errors| {
+        anyhow::anyhow!("cannot load rules from {}:\n{errors}", config.display())
+    })?;
+    tracing::info!(
+        rules = rules.rule_count(),
+        domains = rules.domain_names().len(),
+        path = %config.display(),
+        "rules loaded"
+    );
+    for rule in rules.rules() {
+        tracing::info!(%rule, "rule");
+    }
+    for warning in unreachable_rules(&rules, max_entries) {
+        tracing::warn!("{warning}");
+    }
+    Ok(rules)
+}
+
+/// The xDS settings when --xds-server is given; an error for settings that contradict each other.
+/// `--config` on the command line contradicts it; `SLIDEGATE_CONFIG` may be an image's default
+/// (slidegate's own sets it), so --xds-server overrides it with a warning.
+fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
+    let Some(server) = &args.xds_server else {
+        if args.force_start_without_initial_config {
+            bail!("--force-start-without-initial-config needs --xds-server (rule files must load)");
+        }
+        return Ok(None);
+    };
+    let options = XdsOptions {
+        server: server.clone(),
+        node_id: args.xds_node_id.clone(),
+        node_metadata: args.xds_node_metadata.clone(),
+        retry_interval: args.xds_connect_retry_interval,
+        tls: XdsTls {
+            ca_file: args.xds_tls_ca_file.clone(),
+            cert_file: args.xds_tls_cert_file.clone(),
+            key_file: args.xds_tls_key_file.clone(),
+            server_name: args.xds_tls_server_name.clone(),
+        },
+        force_start: args.force_start_without_initial_config,
+    };
+    if let Some(config) = &args.config {
+        if args.config_from_env {
+            // slidegate's own image sets SLIDEGATE_CONFIG for its bundled rules.
+            tracing::warn!(
+                config = %config.display(),
+                "SLIDEGATE_CONFIG is ignored: rules come from --xds-server"
+            );
+        } else {
+            bail!(
+                "--config {} and --xds-server {server} both given: rules come either from files \
+                 or from a control plane",
+                config.display()
+            );
+        }
+    }
+    Ok(Some(options))
+}
+
 /// The memory store, or Redis when a URL or cluster nodes are given.
 async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
     if args.redis_url.is_none() && args.redis_cluster.is_empty() {
@@ -385,6 +689,8 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
         deny_cache: args.redis_deny_cache,
         // One per worker thread, plus one for the main thread's health checks.
         connections: usize::from(args.workers) + 1,
+        // A script call batching several requests adds no more than one request may.
+        max_call_hits: args.max_hits,
     };
     let store = connect(&opts)
         .await
@@ -406,7 +712,9 @@ fn log_effective_config(args: &ServeArgs) {
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        config = %args.config.display(),
+        config = %args.config.as_deref().unwrap_or(Path::new(DEFAULT_CONFIG)).display(),
+        xds_server = args.xds_server.as_deref().unwrap_or("-"),
+        xds_node_id = %args.xds_node_id,
         grpc_addr = %args.grpc_addr,
         http_addr = %args.http_addr,
         store,
@@ -424,7 +732,42 @@ fn log_effective_config(args: &ServeArgs) {
         max_hits = args.max_hits,
         max_body_bytes = args.max_body_bytes,
         drain_timeout = ?args.drain_timeout,
+        max_connections = args.max_connections,
+        max_connections_per_peer = args.max_connections_per_peer,
+        handshake_timeout = ?args.handshake_timeout,
+        idle_timeout = ?args.idle_timeout,
+        body_timeout = ?args.body_timeout,
+        keepalive_interval = ?args.keepalive_interval,
+        max_buffered_bytes = args.max_buffered_bytes,
         "starting slidegate"
+    );
+}
+
+/// What envoyproxy/ratelimit's environment set, and, in one warning, what it asked for that
+/// slidegate does not do.
+fn log_compat(translation: &Translation) {
+    let mapped: Vec<String> = translation
+        .settings
+        .iter()
+        .map(|setting| format!("{} -> --{}", setting.from, setting.id.replace('_', "-")))
+        .collect();
+    tracing::info!(
+        mapped = %mapped.join(", "),
+        "envoyproxy/ratelimit environment read (slidegate's own flags and SLIDEGATE_* variables take precedence)"
+    );
+    if translation.unhonoured.is_empty() {
+        return;
+    }
+    let variables: Vec<&str> = translation.unhonoured.iter().map(|u| u.variable).collect();
+    let reasons: Vec<String> = translation
+        .unhonoured
+        .iter()
+        .map(|u| format!("{}: {}", u.variable, u.why))
+        .collect();
+    tracing::warn!(
+        variables = %variables.join(","),
+        reasons = %reasons.join("; "),
+        "envoyproxy/ratelimit settings not honoured by slidegate"
     );
 }
 
@@ -442,4 +785,21 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every setting the compatibility layer produces is a `serve` flag.
+    #[test]
+    fn compat_settings_are_serve_flags() {
+        let command = super::Cli::command();
+        for id in slidegate::compat::SETTING_IDS {
+            assert!(
+                command.get_arguments().any(|arg| arg.get_id() == *id),
+                "no serve flag {id}"
+            );
+        }
+    }
 }

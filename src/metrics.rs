@@ -13,6 +13,11 @@
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
 //! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |
 //! | `slidegate_rules_loaded` | gauge | | rules in the live rule set |
+//! | `slidegate_config_loaded_timestamp_seconds` | gauge | | when the live rules were loaded (Unix time) |
+//! | `slidegate_config_stale` | gauge | | 1 when the rule files on disk are not the ones served (the last reload failed) |
+//! | `slidegate_config_checksum_info` | gauge | `served`, `on_disk` | always 1; the SHA-256 of the served and of the on-disk rule files (`on_disk` empty when unreadable) |
+//! | `slidegate_rule_label_overflow_total` | counter | | decisions counted under `rule="overflow"` because [`MAX_RULE_LABELS`] pairs had their own series |
+//! | `slidegate_connections_refused_total` | counter | `listener` (`grpc`, `http`), `reason` (`max_connections`, `max_connections_per_peer`) | connections closed at once because a connection cap was reached |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured
@@ -20,20 +25,29 @@
 //! `value_to_metric` rules; for a request-supplied limit override, `override:` and the entry keys,
 //! e.g. `override:remote_address.path`, never the values). As a last
 //! guard, at most [`MAX_RULE_LABELS`] distinct (domain, rule) pairs get their own series; later
-//! ones share `rule="overflow"`.
+//! ones share `rule="overflow"`, and `slidegate_rule_label_overflow_total` counts what was folded.
+//!
+//! A reload drops the series of what it removed ([`Metrics::set_rules`]): the pairs of rules no
+//! longer configured, every pair and `slidegate_no_rule_total` series of a removed domain, and
+//! pairs not named by a rule (runtime values, overrides, overflow) that saw no decision since
+//! the previous reload. So renaming rules again and again never fills the cap.
 //!
 //! The hot path does not hash label values into the prometheus vectors on every call: the counters
 //! of each (domain, rule) pair are resolved once and kept in a two-level map looked up by `&str`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
 
 use parking_lot::RwLock;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::config::RuleSet;
+use crate::config::reload::ConfigStatus;
 
 /// Distinct (domain, rule) label pairs with their own series; beyond it, `rule="overflow"`.
 pub const MAX_RULE_LABELS: usize = 10_000;
@@ -103,12 +117,18 @@ pub struct RuleCounters {
     decisions: [IntCounter; 3],
     hits: [IntCounter; 3],
     near_limit: IntCounter,
+    /// A decision was recorded since the last reload (see [`Metrics::set_rules`]).
+    used: AtomicBool,
 }
 
 impl RuleCounters {
     /// Counts one descriptor decision with its hits; `near_limit` when the allowed decision left
     /// 80 % or more of the limit used.
     pub fn record(&self, decision: DecisionLabel, hits: u64, near_limit: bool) {
+        // Read first: a flag that is already set is not written again by every core.
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
         self.decisions[decision.index()].inc();
         self.hits[decision.index()].inc_by(hits);
         if near_limit {
@@ -131,6 +151,11 @@ pub struct Metrics {
     failure_mode: IntCounterVec,
     config_reloads: IntCounterVec,
     rules_loaded: IntGauge,
+    config_loaded: IntGauge,
+    config_stale: IntGauge,
+    config_checksum: IntGaugeVec,
+    rule_label_overflow: IntCounter,
+    connections_refused: IntCounterVec,
     rule_cache: RwLock<RuleCache>,
 }
 
@@ -138,6 +163,15 @@ pub struct Metrics {
 struct RuleCache {
     by_domain: HashMap<String, HashMap<String, Arc<RuleCounters>>>,
     len: usize,
+    /// The configured domains and the (domain, rule) pairs that the live rules name.
+    domains: HashSet<String>,
+    configured: HashSet<(String, String)>,
+}
+
+impl RuleCache {
+    fn get(&self, domain: &str, rule: &str) -> Option<Arc<RuleCounters>> {
+        self.by_domain.get(domain)?.get(rule).map(Arc::clone)
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -202,6 +236,11 @@ impl Metrics {
             "Rule reload attempts by result (success, failure).",
             &["result"],
         )?;
+        let connections_refused = counter_vec(
+            "slidegate_connections_refused_total",
+            "Connections closed at accept because a connection cap was reached, by listener and reason.",
+            &["listener", "reason"],
+        )?;
         let unknown_domain = IntCounter::new(
             "slidegate_unknown_domain_total",
             "Requests for a domain that has no rules.",
@@ -226,8 +265,35 @@ impl Metrics {
             .buckets(BUCKETS.to_vec()),
         )?;
         registry.register(Box::new(store_duration.clone()))?;
-        let rules_loaded = IntGauge::new("slidegate_rules_loaded", "Rules in the live rule set.")?;
-        registry.register(Box::new(rules_loaded.clone()))?;
+        let gauge = |name: &str, help: &str| {
+            let gauge = IntGauge::new(name, help)?;
+            registry.register(Box::new(gauge.clone()))?;
+            Ok::<_, prometheus::Error>(gauge)
+        };
+        let rules_loaded = gauge("slidegate_rules_loaded", "Rules in the live rule set.")?;
+        let config_loaded = gauge(
+            "slidegate_config_loaded_timestamp_seconds",
+            "When the live rules were loaded (at start or by the last successful reload), Unix time.",
+        )?;
+        let config_stale = gauge(
+            "slidegate_config_stale",
+            "1 when the rule files on disk are not the ones served (the last reload failed).",
+        )?;
+        let config_checksum = IntGaugeVec::new(
+            Opts::new(
+                "slidegate_config_checksum_info",
+                "SHA-256 of the served rule files and of the rule files on disk (empty when \
+                 unreadable); always 1.",
+            ),
+            &["served", "on_disk"],
+        )?;
+        registry.register(Box::new(config_checksum.clone()))?;
+        let rule_label_overflow = IntCounter::new(
+            "slidegate_rule_label_overflow_total",
+            "Decisions counted under rule=\"overflow\" because the cap of distinct (domain, rule) \
+             pairs was reached.",
+        )?;
+        registry.register(Box::new(rule_label_overflow.clone()))?;
         let build_info = IntGaugeVec::new(
             Opts::new("slidegate_build_info", "Build information; always 1."),
             &["version"],
@@ -258,40 +324,41 @@ impl Metrics {
             failure_mode,
             config_reloads,
             rules_loaded,
+            config_loaded,
+            config_stale,
+            config_checksum,
+            rule_label_overflow,
+            connections_refused,
             rule_cache: RwLock::new(RuleCache::default()),
         })
     }
 
     /// The counters for a (domain, rule) pair; `rule="overflow"` once [`MAX_RULE_LABELS`] pairs exist.
     pub fn rule(&self, domain: &str, rule: &str) -> Arc<RuleCounters> {
-        if let Some(found) = self
-            .rule_cache
-            .read()
-            .by_domain
-            .get(domain)
-            .and_then(|rules| rules.get(rule))
         {
-            return Arc::clone(found);
+            let cache = self.rule_cache.read();
+            if let Some(found) = cache.get(domain, rule) {
+                return found;
+            }
+            if cache.len >= MAX_RULE_LABELS
+                && let Some(found) = cache.get(domain, OVERFLOW_RULE)
+            {
+                self.rule_label_overflow.inc();
+                return found;
+            }
         }
         let mut cache = self.rule_cache.write();
-        if let Some(found) = cache
-            .by_domain
-            .get(domain)
-            .and_then(|rules| rules.get(rule))
-        {
-            return Arc::clone(found);
+        if let Some(found) = cache.get(domain, rule) {
+            return found;
         }
         let label = if cache.len >= MAX_RULE_LABELS {
+            self.rule_label_overflow.inc();
             OVERFLOW_RULE
         } else {
             rule
         };
-        if let Some(found) = cache
-            .by_domain
-            .get(domain)
-            .and_then(|rules| rules.get(label))
-        {
-            return Arc::clone(found);
+        if let Some(found) = cache.get(domain, label) {
+            return found;
         }
         let counters = Arc::new(RuleCounters {
             decisions: DecisionLabel::ALL.map(|d| {
@@ -301,6 +368,7 @@ impl Metrics {
             hits: DecisionLabel::ALL
                 .map(|d| self.hits.with_label_values(&[domain, label, d.as_str()])),
             near_limit: self.near_limit.with_label_values(&[domain, label]),
+            used: AtomicBool::new(false),
         });
         cache.len += 1;
         cache
@@ -309,6 +377,70 @@ impl Metrics {
             .or_default()
             .insert(label.to_string(), Arc::clone(&counters));
         counters
+    }
+
+    /// The live rules changed (at start and after each successful reload): sets
+    /// `slidegate_rules_loaded` and drops the series of what the change removed (see the module
+    /// documentation). Prometheus marks a dropped series stale at its next scrape.
+    pub fn set_rules(&self, rules: &RuleSet) {
+        self.set_rules_loaded(rules.rule_count());
+        let domains: HashSet<String> = rules.domain_names().into_iter().map(String::from).collect();
+        let configured: HashSet<(String, String)> = rules
+            .rules()
+            .into_iter()
+            .map(|r| (r.domain.clone(), r.stats_name().to_owned()))
+            .collect();
+        let mut cache = self.rule_cache.write();
+        let RuleCache {
+            by_domain,
+            len,
+            domains: old_domains,
+            configured: old_configured,
+        } = &mut *cache;
+        let mut removed = Vec::new();
+        for (domain, labels) in by_domain.iter_mut() {
+            labels.retain(|label, counters| {
+                let key = (domain.clone(), label.clone());
+                let keep = domains.contains(domain)
+                    && (configured.contains(&key)
+                        || (!old_configured.contains(&key)
+                            && counters.used.swap(false, Ordering::Relaxed)));
+                if !keep {
+                    removed.push(key);
+                }
+                keep
+            });
+        }
+        by_domain.retain(|_, labels| !labels.is_empty());
+        *len -= removed.len();
+        for (domain, label) in &removed {
+            for decision in DecisionLabel::ALL {
+                let values = [domain.as_str(), label.as_str(), decision.as_str()];
+                let _ = self.decisions.remove_label_values(&values);
+                let _ = self.hits.remove_label_values(&values);
+            }
+            let _ = self.near_limit.remove_label_values(&[domain, label]);
+        }
+        for domain in old_domains.difference(&domains) {
+            let _ = self.no_rule.remove_label_values(&[domain]);
+        }
+        *old_domains = domains;
+        *old_configured = configured;
+    }
+
+    /// Whether the served rules are the files on disk, and since when.
+    pub fn set_config_status(&self, status: &ConfigStatus) {
+        let loaded = status
+            .loaded_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.config_loaded.set(loaded);
+        self.config_stale.set(i64::from(status.is_stale()));
+        let on_disk = status.on_disk.map(|c| c.to_string()).unwrap_or_default();
+        self.config_checksum.reset();
+        self.config_checksum
+            .with_label_values(&[status.served.to_string(), on_disk])
+            .set(1);
     }
 
     /// A request for an unconfigured domain.
@@ -345,17 +477,21 @@ impl Metrics {
         self.failure_mode.with_label_values(&[mode]).inc();
     }
 
-    /// A rule reload attempt; on success, the new rule count.
-    pub fn config_reload(&self, success: bool, rules: Option<usize>) {
+    /// A rule reload attempt (the new rules, if any, come through [`Metrics::set_rules`]).
+    pub fn config_reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };
         self.config_reloads.with_label_values(&[result]).inc();
-        if let Some(rules) = rules {
-            self.set_rules_loaded(rules);
-        }
+    }
+
+    /// A connection refused at accept because of a connection cap.
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.connections_refused
+            .with_label_values(&[listener, reason])
+            .inc();
     }
 
     /// The number of live rules.
-    pub fn set_rules_loaded(&self, rules: usize) {
+    fn set_rules_loaded(&self, rules: usize) {
         self.rules_loaded
             .set(i64::try_from(rules).unwrap_or(i64::MAX));
     }
@@ -385,7 +521,13 @@ mod tests {
         metrics.no_rule("api");
         metrics.observe_request(Transport::Check, Duration::from_millis(1));
         metrics.observe_store(Duration::from_millis(1));
-        metrics.config_reload(true, Some(7));
+        metrics.config_reload(true);
+        let served = crate::config::Checksum::of(&[]);
+        metrics.set_config_status(&ConfigStatus {
+            served,
+            on_disk: None,
+            loaded_at: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        });
         let text = metrics.render();
         for name in [
             "slidegate_decisions_total{decision=\"denied\",domain=\"api\",rule=\"per_user\"} 1",
@@ -398,7 +540,11 @@ mod tests {
             "slidegate_store_errors_total{kind=\"timeout\"} 0",
             "slidegate_failure_mode_total{mode=\"deny\"} 0",
             "slidegate_config_reloads_total{result=\"success\"} 1",
-            "slidegate_rules_loaded 7",
+            "slidegate_rules_loaded 0",
+            "slidegate_config_loaded_timestamp_seconds 1800000000",
+            "slidegate_config_stale 1",
+            &format!("slidegate_config_checksum_info{{on_disk=\"\",served=\"{served}\"}} 1"),
+            "slidegate_rule_label_overflow_total 0",
             "slidegate_build_info{version=",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
@@ -417,6 +563,10 @@ mod tests {
         assert!(text.contains(
             "slidegate_decisions_total{decision=\"allowed\",domain=\"d\",rule=\"overflow\"} 5"
         ));
+        assert!(
+            text.contains("slidegate_rule_label_overflow_total 5"),
+            "{text}"
+        );
         // A pair seen before the cap keeps its own series.
         metrics
             .rule("d", "r0")
@@ -424,6 +574,79 @@ mod tests {
         assert!(metrics.render().contains(
             "slidegate_decisions_total{decision=\"allowed\",domain=\"d\",rule=\"r0\"} 2"
         ));
+    }
+
+    /// Rules of domain `d` named `{prefix}{i}`.
+    fn named_rules(prefix: &str, count: usize) -> RuleSet {
+        let mut text = String::from("domain: d\ndescriptors:\n");
+        for i in 0..count {
+            text.push_str(&format!(
+                "  - key: k{i}\n    rate_limit: {{ name: {prefix}{i}, unit: second, requests_per_unit: 1 }}\n"
+            ));
+        }
+        crate::config::load_sources(&[("d.yaml".to_owned(), text)]).expect("rules load")
+    }
+
+    fn series(text: &str, rule: &str) -> bool {
+        text.contains(&format!("domain=\"d\",rule=\"{rule}\"}}"))
+    }
+
+    #[test]
+    fn renamed_rules_never_fill_the_cap() {
+        let metrics = Metrics::new();
+        let count = MAX_RULE_LABELS / 4 + 1;
+        for generation in 0..6 {
+            let prefix = format!("g{generation}_");
+            metrics.set_rules(&named_rules(&prefix, count));
+            for i in 0..count {
+                metrics
+                    .rule("d", &format!("{prefix}{i}"))
+                    .record(DecisionLabel::Allowed, 1, false);
+            }
+        }
+        let text = metrics.render();
+        assert!(!series(&text, OVERFLOW_RULE), "live rules overflowed");
+        assert!(text.contains("slidegate_rule_label_overflow_total 0"));
+        assert!(series(&text, "g5_0") && !series(&text, "g4_0"));
+        assert_eq!(metrics.rule_cache.read().len, count);
+    }
+
+    #[test]
+    fn runtime_labels_stay_while_used_and_removed_domains_go() {
+        let metrics = Metrics::new();
+        metrics.set_rules(&named_rules("r", 1));
+        metrics
+            .rule("d", "r0")
+            .record(DecisionLabel::Allowed, 1, false);
+        metrics
+            .rule("d", "k0_alice")
+            .record(DecisionLabel::Allowed, 1, false);
+        metrics
+            .rule("d", "k0_bob")
+            .record(DecisionLabel::Allowed, 1, false);
+        metrics.no_rule("d");
+        // A reload right after: both runtime labels were used since the last one.
+        metrics.set_rules(&named_rules("r", 1));
+        assert!(series(&metrics.render(), "k0_bob"));
+        // Only alice is seen before the next reload: bob's series goes.
+        metrics
+            .rule("d", "k0_alice")
+            .record(DecisionLabel::Allowed, 1, false);
+        metrics.set_rules(&named_rules("r", 1));
+        let text = metrics.render();
+        assert!(
+            series(&text, "k0_alice") && !series(&text, "k0_bob"),
+            "{text}"
+        );
+        assert!(series(&text, "r0"), "a configured rule stays, used or not");
+        // A reload without domain `d` removes all of its series.
+        let other = "domain: e\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n";
+        metrics.set_rules(
+            &crate::config::load_sources(&[("e.yaml".to_owned(), other.to_owned())])
+                .expect("rules load"),
+        );
+        let text = metrics.render();
+        assert!(!text.contains("domain=\"d\""), "{text}");
     }
 
     #[test]

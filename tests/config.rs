@@ -1,15 +1,17 @@
 //! Rule configuration: every validation case (by fixture), the matching table, metrics names,
 //! the default rules, reloads on file changes and SIGHUP, and `slidegate check-config`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use proptest::prelude::*;
-use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
+use slidegate::config::reload::{ConfigStatus, ReloadHook, ReloadOutcome, Reloader};
 use slidegate::config::{LiveRules, Precision, RuleSet, Unit, load_path, load_sources};
 
 fn fixtures() -> PathBuf {
@@ -72,6 +74,298 @@ fn yaml_syntax_errors_give_the_line() {
     assert!(text.contains("line 5"), "{text}");
 }
 
+// ---- through the binary: check-config and serving ----
+
+/// `slidegate check-config PATH`.
+fn check_config(path: &Path) -> Output {
+    support::slidegate_command()
+        .arg("check-config")
+        .arg(path)
+        .output()
+        .expect("run slidegate check-config")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every `needle` is in `haystack`, or a list of the missing ones.
+fn assert_contains_all(haystack: &str, needles: &[&str]) {
+    let missing: Vec<&&str> = needles.iter().filter(|n| !haystack.contains(**n)).collect();
+    assert!(missing.is_empty(), "missing {missing:#?} in:\n{haystack}");
+}
+
+/// `POST /json`; the answer's JSON.
+async fn post_json(server: &support::Slidegate, body: serde_json::Value) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .post(server.url("/json"))
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST /json");
+    response.json().await.expect("a JSON answer")
+}
+
+/// A one-descriptor request with `hits` hits (0: check without counting) on /json: the status's
+/// code and its limit as `N UNIT` (`none` without one).
+async fn decide(
+    server: &support::Slidegate,
+    domain: &str,
+    entries: &[(&str, &str)],
+    hits: u64,
+) -> (String, String) {
+    let entries: Vec<serde_json::Value> = entries
+        .iter()
+        .map(|(key, value)| serde_json::json!({"key": key, "value": value}))
+        .collect();
+    let body = serde_json::json!({
+        "domain": domain,
+        "descriptors": [{"entries": entries, "hitsAddend": hits}],
+    });
+    let answer = post_json(server, body).await;
+    let status = &answer["statuses"][0];
+    let limit = &status["currentLimit"];
+    let limit = if limit.is_null() {
+        "none".to_owned()
+    } else {
+        format!(
+            "{} {}",
+            limit["requestsPerUnit"],
+            limit["unit"].as_str().unwrap_or("?")
+        )
+    };
+    let code = status["code"].as_str().unwrap_or("?").to_owned();
+    (code, limit)
+}
+
+/// YAML that envoyproxy/ratelimit's parser (yaml.v2, YAML 1.1) reads means the same here:
+/// `check-config` accepts it and names each difference from a strict reading, and a server
+/// applies the limits as envoyproxy/ratelimit would.
+#[tokio::test]
+async fn yaml_1_1_is_read_as_envoy_ratelimit_reads_it() {
+    let file = fixtures().join("good/yaml11.yaml");
+    let out = check_config(&file);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("OK: 7 rules in 1 domains"), "{out:?}");
+    assert_contains_all(
+        &stderr(&out),
+        &[
+            "warning: ",
+            "yaml11.yaml: descriptors[0].rate_limit.requests_per_unit: `010` read as 8",
+            "descriptors[1].rate_limit.<<: merge key",
+            "descriptors[1].rate_limit.requests_per_unit: `1_000` read as 1000",
+            "descriptors[2].shadow_mode: `yes` read as true",
+            "descriptors[3].rate_limit: duplicate key: the last one is used",
+            "descriptors[4].detailed_metric: `off` read as false",
+            "descriptors[5].rate_limit.<<: merge key",
+            "descriptors[6].rate_limit.requests_per_unit: set before `<<` and replaced",
+            "more than one document",
+        ],
+    );
+
+    let server = support::Slidegate::start(&file, &[]);
+    let limit = |key: &'static str| {
+        let server = &server;
+        async move { decide(server, "yaml11", &[(key, "x")], 0).await.1 }
+    };
+    assert_eq!(limit("octal").await, "8 MINUTE");
+    assert_eq!(limit("merged").await, "1000 MINUTE");
+    assert_eq!(limit("duplicated").await, "3 HOUR");
+    assert_eq!(limit("first_merge_wins").await, "8 MINUTE");
+    assert_eq!(limit("before_merge").await, "8 MINUTE");
+    // Shadow mode: two hits against a limit of one are still allowed.
+    let (code, _) = decide(&server, "yaml11", &[("shadowed", "x")], 2).await;
+    assert_eq!(code, "OK");
+    // The second document is not read: its domain is unknown.
+    let (code, limit) = decide(&server, "second_document", &[("k", "x")], 2).await;
+    assert_eq!((code.as_str(), limit.as_str()), ("OK", "none"));
+    // The server logs the same warnings.
+    let log = server.log();
+    assert!(log.contains("`yes` read as true"), "{log}");
+}
+
+/// A file with several independent errors reports each of them in one run, not only the first.
+#[test]
+fn check_config_reports_every_error_of_a_file() {
+    let out = check_config(&fixtures().join("bad/every_error.yaml"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_contains_all(
+        &stderr(&out),
+        &[
+            "every_error.yaml: descriptors[0].shadow_mode: has no effect without `rate_limit`",
+            "every_error.yaml: descriptors[1].rate_limit.unit: unknown unit \"fortnight\"",
+            "every_error.yaml: descriptors[2]: unknown field `ratelimit`",
+        ],
+    );
+}
+
+/// Which directory entries are read, as envoyproxy/ratelimit's loader reads them (every file,
+/// dotfiles skipped), and a word for each one that is not: a subdirectory, a hidden file.
+#[tokio::test]
+async fn every_directory_entry_is_read_or_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rule = |domain: &str| format!("domain: {domain}\ndescriptors:\n  - key: k\n{RULE}");
+    std::fs::write(dir.path().join("a.yaml"), rule("a")).expect("write");
+    std::fs::write(dir.path().join("b.conf"), rule("b")).expect("write");
+    std::fs::write(dir.path().join("d"), rule("d")).expect("write");
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    std::fs::write(dir.path().join("sub/c.yaml"), rule("c")).expect("write");
+    std::fs::write(dir.path().join(".e.yaml"), rule("e")).expect("write");
+    std::fs::write(dir.path().join(".a.yaml.swp"), "garbage: [").expect("write");
+
+    let out = check_config(dir.path());
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("OK: 3 rules in 3 domains"), "{out:?}");
+    assert_contains_all(
+        &stderr(&out),
+        &[
+            "sub: not read: a subdirectory",
+            ".e.yaml: not read: the name starts with `.`",
+            ".a.yaml.swp: not read",
+        ],
+    );
+
+    let server = support::Slidegate::start(dir.path(), &[]);
+    for domain in ["a", "b", "d"] {
+        let (code, limit) = decide(&server, domain, &[("k", "x")], 2).await;
+        assert_eq!((code.as_str(), limit.as_str()), ("OVER_LIMIT", "1 SECOND"));
+    }
+    let (code, limit) = decide(&server, "c", &[("k", "x")], 2).await;
+    assert_eq!((code.as_str(), limit.as_str()), ("OK", "none"));
+    let log = server.log();
+    assert!(log.contains("not read: a subdirectory"), "{log}");
+}
+
+/// An empty rule directory starts a server that answers OK to everything, as
+/// envoyproxy/ratelimit does, and says so in its health check; rules that appear later apply.
+#[tokio::test]
+async fn an_empty_rule_directory_serves_without_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = check_config(dir.path());
+    assert!(out.status.success(), "{out:?}");
+    assert!(stderr(&out).contains("no rule files"), "{out:?}");
+
+    let server = support::Slidegate::start(dir.path(), &[]);
+    let healthy = support::wait_until(Duration::from_secs(10), || {
+        server.get("/healthcheck") == (200, "OK: no rules loaded\n".to_owned())
+    });
+    assert!(
+        healthy,
+        "{:?}\n{}",
+        server.get("/healthcheck"),
+        server.log()
+    );
+    let (code, limit) = decide(&server, "late", &[("k", "x")], 2).await;
+    assert_eq!((code.as_str(), limit.as_str()), ("OK", "none"));
+
+    let rules = format!("domain: late\ndescriptors:\n  - key: k\n{RULE}");
+    std::fs::write(dir.path().join("late.yaml"), rules).expect("write");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _) = decide(&server, "late", &[("k", "x")], 2).await;
+        if code == "OVER_LIMIT" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rules never applied:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server.get("/healthcheck"), (200, "OK\n".to_owned()));
+}
+
+/// Rules where envoyproxy/ratelimit's `key_value` joined matching and slidegate's separate
+/// matching differ load, with a warning for each.
+#[test]
+fn check_config_warns_where_joined_matching_differs() {
+    let out = check_config(&fixtures().join("good/joined_keys.yaml"));
+    assert!(out.status.success(), "{out:?}");
+    assert_contains_all(
+        &stderr(&out),
+        &[
+            "joined_keys.yaml: descriptors[1]: key `user_id` is key `user` (at descriptors[0]) \
+             plus `_id`",
+            "joined_keys.yaml: descriptors[2].key: `*` in a key is a plain character here",
+        ],
+    );
+    let out = check_config(&fixtures().join("good/matching.yaml"));
+    assert!(out.status.success(), "{out:?}");
+    assert!(!stderr(&out).contains("warning"), "{out:?}");
+}
+
+/// `WEEK` in a limit override, as a number on gRPC (7, the response's WEEK) and by name on /json.
+#[tokio::test]
+async fn week_in_limit_overrides() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
+
+    let server = support::Slidegate::start(&fixtures().join("good/matching.yaml"), &[]);
+    let mut descriptor = support::descriptor(&[("method", "GET")]);
+    descriptor.limit = Some(RateLimitOverride {
+        requests_per_unit: 3,
+        unit: 7,
+    });
+    let request = support::request("matching", vec![descriptor]);
+    let response = server
+        .client()
+        .await
+        .should_rate_limit(request)
+        .await
+        .expect("WEEK is a valid override unit")
+        .into_inner();
+    let limit = response.statuses[0].current_limit.clone().expect("a limit");
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (3, ProtoUnit::Week as i32)
+    );
+
+    let body = serde_json::json!({
+        "domain": "matching",
+        "descriptors": [{
+            "entries": [{"key": "method", "value": "GET"}],
+            "limit": {"requestsPerUnit": 4, "unit": "WEEK"},
+        }],
+    });
+    let answer = post_json(&server, body).await;
+    assert_eq!(
+        answer["statuses"][0]["currentLimit"],
+        serde_json::json!({"requestsPerUnit": 4, "unit": "WEEK"}),
+        "{answer}"
+    );
+}
+
+/// With `share_threshold`, `value_to_metric` and `detailed_metric` name the metric by the
+/// pattern, as envoyproxy/ratelimit does: request values never become `rule` labels.
+#[tokio::test]
+async fn shared_wildcards_name_metrics_by_their_pattern() {
+    let server = support::Slidegate::start(&fixtures().join("good/matching.yaml"), &[]);
+    for value in ["api/v1", "api/v2"] {
+        let entries = [("shared_route", value), ("method", "GET")];
+        decide(&server, "matching", &entries, 1).await;
+    }
+    for value in ["x1", "x2"] {
+        decide(&server, "matching", &[("shared_detail", value)], 1).await;
+    }
+    let (status, metrics) = server.get("/metrics");
+    assert_eq!(status, 200);
+    assert_contains_all(
+        &metrics,
+        &[
+            "rule=\"shared_route_api/*.method\"",
+            "rule=\"shared_detail_x*\"",
+        ],
+    );
+    for value in ["api/v1", "api/v2", "x1", "x2"] {
+        assert!(!metrics.contains(value), "{value} in a label:\n{metrics}");
+    }
+}
+
 #[test]
 fn collects_every_error_of_every_file() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -100,32 +394,17 @@ fn collects_every_error_of_every_file() {
 }
 
 #[test]
-fn empty_or_missing_paths_are_errors() {
+fn empty_directory_is_no_rules_and_missing_paths_are_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let text = load_path(dir.path()).expect_err("empty dir").to_string();
-    assert!(text.contains("no rule files"), "{text}");
+    let rules = load_path(dir.path()).expect("an empty directory loads");
+    assert_eq!(rules.rule_count(), 0);
+    assert!(rules.domain_names().is_empty());
 
     let missing = dir.path().join("nope.yaml");
     let text = load_path(&missing).expect_err("missing").to_string();
     assert!(text.contains("nope.yaml: cannot read"), "{text}");
 
-    let text = load_sources(&[]).expect_err("no sources").to_string();
-    assert!(text.contains("no rule files"), "{text}");
-}
-
-#[test]
-fn directory_loading_skips_dotfiles_subdirectories_and_other_extensions() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let good = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
-    std::fs::write(dir.path().join("rules.yaml"), good).expect("write");
-    std::fs::write(dir.path().join(".rules.yaml.swp"), "garbage: [").expect("write");
-    std::fs::write(dir.path().join(".hidden.yaml"), "garbage: [").expect("write");
-    std::fs::write(dir.path().join("notes.txt"), "garbage: [").expect("write");
-    std::fs::create_dir(dir.path().join("sub.yaml")).expect("mkdir");
-    std::fs::write(dir.path().join("sub.yaml/inner.yaml"), "garbage: [").expect("write");
-    let rules = load_path(dir.path()).expect("loads");
-    assert_eq!(rules.domain_names(), ["d"]);
-    assert_eq!(rules.rule_count(), 1);
+    assert_eq!(load_sources(&[]).expect("no sources").rule_count(), 0);
 }
 
 #[test]
@@ -364,6 +643,12 @@ fn stats_names() {
         "route_api/v1.method_GET.subject_id"
     );
     assert_eq!(name(&[("tenant", "acme-corp")]), "tenant_acme-corp");
+    // share_threshold: the pattern, never the request's value.
+    assert_eq!(
+        name(&[("shared_route", "api/v1"), ("method", "GET")]),
+        "shared_route_api/*.method"
+    );
+    assert_eq!(name(&[("shared_detail", "xyz")]), "shared_detail_x*");
 }
 
 #[test]
@@ -564,7 +849,7 @@ struct Attempts(Arc<Mutex<Vec<ReloadOutcome>>>);
 impl Attempts {
     fn hook(&self) -> ReloadHook {
         let attempts = self.0.clone();
-        Arc::new(move |outcome: &ReloadOutcome| {
+        Arc::new(move |outcome: &ReloadOutcome, _: &ConfigStatus| {
             attempts.lock().expect("lock").push(outcome.clone());
         })
     }
@@ -596,6 +881,11 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// The SIGHUP stream a reloader listens to.
+fn hangup() -> tokio::signal::unix::Signal {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).expect("SIGHUP handler")
+}
+
 fn live_from(path: &Path) -> LiveRules {
     Arc::new(ArcSwap::from_pointee(
         load_path(path).expect("initial rules"),
@@ -610,8 +900,13 @@ async fn watched_directory_reloads_good_changes_and_keeps_rules_on_bad_ones() {
     std::fs::write(&a, domain_file("one", &["k1"])).expect("write");
     let live = live_from(dir.path());
     let attempts = Attempts::default();
-    let reloader = Reloader::spawn(dir.path().to_owned(), live.clone(), attempts.hook())
-        .expect("spawn reloader");
+    let reloader = Reloader::spawn(
+        dir.path().to_owned(),
+        live.clone(),
+        attempts.hook(),
+        hangup(),
+    )
+    .expect("spawn reloader");
 
     // A good change goes live.
     std::fs::write(&a, domain_file("one", &["k1", "k2"])).expect("write");
@@ -668,8 +963,8 @@ async fn watched_file_reloads_on_replace_by_rename_and_ignores_unrelated_files()
     std::fs::write(&file, domain_file("one", &["k1"])).expect("write");
     let live = live_from(&file);
     let attempts = Attempts::default();
-    let _reloader =
-        Reloader::spawn(file.clone(), live.clone(), attempts.hook()).expect("spawn reloader");
+    let _reloader = Reloader::spawn(file.clone(), live.clone(), attempts.hook(), hangup())
+        .expect("spawn reloader");
 
     // Unrelated files next to the rule file do not cause reload attempts.
     std::fs::write(dir.path().join("other.txt"), "hello").expect("write");
@@ -692,8 +987,13 @@ async fn sighup_forces_a_reload() {
     let live = live_from(dir.path());
     let before = live.load_full();
     let attempts = Attempts::default();
-    let _reloader = Reloader::spawn(dir.path().to_owned(), live.clone(), attempts.hook())
-        .expect("spawn reloader");
+    let _reloader = Reloader::spawn(
+        dir.path().to_owned(),
+        live.clone(),
+        attempts.hook(),
+        hangup(),
+    )
+    .expect("spawn reloader");
 
     // The files are unchanged, so only SIGHUP can cause this reload. The Reloader's handler is
     // installed, so the signal does not terminate the test process.
@@ -715,20 +1015,24 @@ async fn reload_now_reports_the_outcome() {
     let _serial = RELOAD_TESTS.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("a.yaml"), domain_file("one", &["k1", "k2"])).expect("write");
-    let live: LiveRules = Arc::new(ArcSwap::from_pointee(RuleSet::default()));
+    let live = live_from(dir.path());
+    let before = live.load_full();
     let hooked = Arc::new(AtomicUsize::new(0));
     let counter = hooked.clone();
-    let hook: ReloadHook = Arc::new(move |_: &ReloadOutcome| {
+    let hook: ReloadHook = Arc::new(move |_: &ReloadOutcome, status: &ConfigStatus| {
+        assert!(!status.is_stale());
         counter.fetch_add(1, Ordering::SeqCst);
     });
-    let reloader = Reloader::spawn(dir.path().to_owned(), live.clone(), hook).expect("spawn");
+    let reloader =
+        Reloader::spawn(dir.path().to_owned(), live.clone(), hook, hangup()).expect("spawn");
     assert!(matches!(
         reloader.reload_now().await,
         ReloadOutcome::Loaded { rules: 2 }
     ));
-    assert_eq!(live.load().rule_count(), 2);
+    assert!(!Arc::ptr_eq(&before, &live.load_full()));
     assert_eq!(hooked.load(Ordering::SeqCst), 1);
     assert_eq!(reloader.path(), dir.path());
+    assert_eq!(reloader.status().load().served, live.load().checksum());
 }
 
 // ---- never panic ----
@@ -826,4 +1130,183 @@ proptest! {
             prop_assert!(!m.stats_name.is_empty());
         }
     }
+}
+
+// ---- the bundled protos ----
+
+/// The protos under `proto/` (served by gRPC reflection) against envoy-types, Envoy's current API:
+/// every enum value by name and number both ways, and every field of the RateLimitService
+/// messages: a message with every field set, encoded by envoy-types, decodes with the bundled
+/// descriptors without an unknown field and encodes back to the same message.
+#[test]
+fn bundled_protos_match_envoy_types() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+        Code, RateLimit, rate_limit::Unit,
+    };
+    use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+    use prost::Message;
+    use prost_reflect::{DescriptorPool, DynamicMessage};
+
+    let pool = DescriptorPool::decode(slidegate::service::grpc::FILE_DESCRIPTOR_SET)
+        .expect("the reflection descriptor set");
+    let check_enum = |name: &str, by_name: &dyn Fn(&str) -> Option<i32>, names: &[(i32, &str)]| {
+        let bundled = pool
+            .get_enum_by_name(name)
+            .unwrap_or_else(|| panic!("no {name} in proto/"));
+        for value in bundled.values() {
+            assert_eq!(
+                by_name(value.name()),
+                Some(value.number()),
+                "{name}.{}",
+                value.name()
+            );
+        }
+        for (number, envoy_name) in names {
+            let value = bundled.get_value(*number);
+            assert_eq!(
+                value.map(|v| v.name().to_owned()).as_deref(),
+                Some(*envoy_name),
+                "{name} {number}"
+            );
+        }
+        assert_eq!(bundled.values().count(), names.len(), "{name}: values");
+    };
+    let every = |f: &dyn Fn(i32) -> Option<&'static str>| -> Vec<(i32, &'static str)> {
+        (0..64).filter_map(|n| f(n).map(|name| (n, name))).collect()
+    };
+    check_enum(
+        "envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit",
+        &|s| Unit::from_str_name(s).map(|u| u as i32),
+        &every(&|n| Unit::try_from(n).ok().map(|u| u.as_str_name())),
+    );
+    check_enum(
+        "envoy.service.ratelimit.v3.RateLimitResponse.Code",
+        &|s| Code::from_str_name(s).map(|c| c as i32),
+        &every(&|n| Code::try_from(n).ok().map(|c| c.as_str_name())),
+    );
+    check_enum(
+        "envoy.type.v3.RateLimitUnit",
+        &|s| RateLimitUnit::from_str_name(s).map(|u| u as i32),
+        &every(&|n| RateLimitUnit::try_from(n).ok().map(|u| u.as_str_name())),
+    );
+
+    fn no_unknown_fields(message: &DynamicMessage, at: &str) {
+        assert_eq!(
+            message.unknown_fields().count(),
+            0,
+            "unknown fields in {at}"
+        );
+        for (field, value) in message.fields() {
+            let at = format!("{at}.{}", field.name());
+            match value {
+                prost_reflect::Value::Message(inner) => no_unknown_fields(inner, &at),
+                prost_reflect::Value::List(items) => {
+                    for item in items {
+                        if let prost_reflect::Value::Message(inner) = item {
+                            no_unknown_fields(inner, &at);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    fn round_trip<M: Message + Default + PartialEq + std::fmt::Debug>(
+        pool: &DescriptorPool,
+        name: &str,
+        message: &M,
+    ) {
+        let descriptor = pool
+            .get_message_by_name(name)
+            .unwrap_or_else(|| panic!("no {name} in proto/"));
+        let dynamic =
+            DynamicMessage::decode(descriptor, message.encode_to_vec().as_slice()).expect(name);
+        no_unknown_fields(&dynamic, name);
+        let back = M::decode(dynamic.encode_to_vec().as_slice()).expect(name);
+        assert_eq!(&back, message, "{name} through proto/");
+    }
+
+    use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+        DescriptorStatus, Quota, quota::ExpirationSpecifier,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+    use envoy_types::pb::google::protobuf::{
+        Duration as ProtoDuration, Struct, Timestamp, UInt64Value, Value, value::Kind,
+    };
+
+    let request = RateLimitRequest {
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: "v".into(),
+            }],
+            limit: Some(RateLimitOverride {
+                requests_per_unit: 5,
+                unit: RateLimitUnit::Year as i32,
+            }),
+            hits_addend: Some(UInt64Value { value: 2 }),
+            is_negative_hits: true,
+        }],
+        hits_addend: 3,
+    };
+    round_trip(
+        &pool,
+        "envoy.service.ratelimit.v3.RateLimitRequest",
+        &request,
+    );
+    let quota = Quota {
+        requests: 7,
+        id: "q".into(),
+        expiration_specifier: Some(ExpirationSpecifier::ValidUntil(Timestamp {
+            seconds: 9,
+            nanos: 1,
+        })),
+    };
+    let header = HeaderValue {
+        key: "k".into(),
+        value: "v".into(),
+        raw_value: b"raw".to_vec(),
+    };
+    let response = RateLimitResponse {
+        overall_code: Code::OverLimit as i32,
+        statuses: vec![DescriptorStatus {
+            code: Code::Ok as i32,
+            current_limit: Some(RateLimit {
+                name: "n".into(),
+                requests_per_unit: 4,
+                unit: Unit::Week as i32,
+            }),
+            limit_remaining: 3,
+            duration_until_reset: Some(ProtoDuration {
+                seconds: 2,
+                nanos: 5,
+            }),
+            quota: Some(quota.clone()),
+        }],
+        response_headers_to_add: vec![header.clone()],
+        request_headers_to_add: vec![header],
+        raw_body: b"body".to_vec(),
+        dynamic_metadata: Some(Struct {
+            fields: [(
+                "f".to_string(),
+                Value {
+                    kind: Some(Kind::StringValue("s".into())),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        }),
+        quota: Some(quota),
+    };
+    round_trip(
+        &pool,
+        "envoy.service.ratelimit.v3.RateLimitResponse",
+        &response,
+    );
 }

@@ -173,6 +173,42 @@ descriptors:
     drop(slidegate);
 }
 
+/// A client cannot turn a deny into an allow with a long header (issue 24): a value over
+/// `--max-value-bytes` is counted under its digest instead of failing the call (which Envoy, with
+/// `failure_mode_deny: false`, would let through uncounted). Through the real Envoy and
+/// examples/envoy.yaml: an over-limit request with a 5,000-byte `x-plan` is still a 429, and a
+/// 5,000-byte user id has a working limit of its own.
+#[test]
+fn envoy_keeps_denying_when_a_client_adds_a_long_header() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let dir = test_dir("envoy_long_header");
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
+    let envoy = Envoy::start(&envoy_bin, &dir, &[slidegate.grpc_port], upstream.port);
+
+    let long = "p".repeat(5000);
+    let get = |headers: &[(&str, &str)]| http_get(envoy.port, "/long", headers);
+    // per_user_path: 2 per 30 s.
+    for _ in 0..2 {
+        assert_eq!(get(&[("x-user-id", "alice")]).status, 200);
+    }
+    assert_eq!(get(&[("x-user-id", "alice")]).status, 429);
+    let r = get(&[("x-user-id", "alice"), ("x-plan", &long)]);
+    assert_eq!(
+        r.status, 429,
+        "a 5,000-byte header must not lift the deny: {r:?}"
+    );
+    // A long user id is limited like any other.
+    let user = "u".repeat(5000);
+    let statuses: Vec<u16> = (0..3)
+        .map(|_| get(&[("x-user-id", &user)]).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    drop(slidegate);
+}
+
 /// Two replicas behind one Envoy cluster, sharing one Redis, enforce one limit exactly: with a
 /// limit of N, 3N concurrent requests spread over both replicas let exactly N through.
 #[test]
@@ -305,53 +341,8 @@ fn nginx_auth_request_answers_429_with_retry_after() {
     let dir = test_dir("nginx");
     let upstream = Upstream::start();
     let mut slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
-    let port = free_port();
-    let conf = rewrite(
-        &read_example("nginx.conf"),
-        &[
-            (
-                "listen 127.0.0.1:8888;",
-                format!("listen 127.0.0.1:{port};"),
-            ),
-            (
-                "server 127.0.0.1:8080;",
-                format!("server 127.0.0.1:{};", slidegate.http_port),
-            ),
-            (
-                "server 127.0.0.1:8000;",
-                format!("server 127.0.0.1:{};", upstream.port),
-            ),
-            (
-                "proxy_read_timeout    100ms;",
-                "proxy_read_timeout    2s;".to_string(),
-            ),
-        ],
-    );
-    let conf_path = dir.join("nginx.conf");
-    std::fs::write(&conf_path, conf).expect("write nginx.conf");
-    let prefix = dir.join("nginx");
-    std::fs::create_dir_all(&prefix).expect("nginx prefix");
-    let log = log_file(&dir, "nginx");
-    let child = Command::new(nginx)
-        .arg("-p")
-        .arg(&prefix)
-        .args(["-e", "stderr", "-c"])
-        .arg(&conf_path)
-        .args(["-g", "daemon off; master_process off;"])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn nginx");
-    let _nginx = KillOnDrop(child);
-    assert!(
-        wait_until(Duration::from_secs(10), || TcpStream::connect((
-            "127.0.0.1",
-            port
-        ))
-        .is_ok()),
-        "nginx did not start; see {}",
-        dir.join("nginx.log").display()
-    );
+    let nginx = Nginx::start(&nginx, &dir, slidegate.http_port, upstream.port);
+    let port = nginx.port;
 
     let alice = [("x-user-id", "alice")];
     for i in 0..2 {
@@ -380,6 +371,77 @@ fn nginx_auth_request_answers_429_with_retry_after() {
         r.status, 200,
         "nginx must fail open without slidegate: {r:?}"
     );
+}
+
+/// Through examples/nginx.conf, every spelling of one path shares one counter: nginx's
+/// normalised `$uri` (`//`, `/./`, `/../`, percent-escapes resolved, no query) with path
+/// parameters removed. The default per_user_path rule allows 2 per 30 s per user and path.
+#[test]
+fn nginx_spellings_of_one_path_share_one_counter() {
+    let Some(nginx) = require_program("nginx") else {
+        return;
+    };
+    let dir = test_dir("nginx_spellings");
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
+    let nginx = Nginx::start(&nginx, &dir, slidegate.http_port, upstream.port);
+    let alice = [("x-user-id", "alice")];
+    let get = |path: &str| http_get(nginx.port, path, &alice).status;
+    assert_eq!([get("/cart"), get("//cart")], [200, 200]);
+    for spelling in [
+        "/cart",
+        "/./cart",
+        "/x/../cart",
+        "/c%61rt",
+        "/cart;a=1",
+        "/cart;jsessionid=9?q=1",
+        "/cart?cache-buster=2",
+    ] {
+        assert_eq!(get(spelling), 429, "{spelling} must share /cart's counter");
+    }
+    // A parameter in a middle segment, too: /api;v=2/orders is /api/orders.
+    assert_eq!([get("/api/orders"), get("/api;v=2/orders")], [200, 200]);
+    assert_eq!(get("/api;v=3/orders;x"), 429);
+    // Characters the check's header cannot carry are cut, and the rest still counted: all
+    // `/cart,...` share one counter (never a fresh one per request).
+    assert_eq!([get("/cart,1"), get("/cart%2C2")], [200, 200]);
+    assert_eq!(
+        [get("/cart,3"), get("/cart=4"), get("/cart&5")],
+        [429, 429, 429]
+    );
+    drop(slidegate);
+}
+
+/// Legitimate input that the check once answered 400 (which nginx turns into a 500) is answered
+/// and counted: UTF-8 user ids and paths, bytes that are not UTF-8, a 5,000-byte user id, a
+/// 4,100-byte path (over --max-value-bytes: counted under its digest), an escaped line break.
+#[test]
+fn nginx_answers_unusual_but_legitimate_input() {
+    let Some(nginx) = require_program("nginx") else {
+        return;
+    };
+    let dir = test_dir("nginx_unusual_input");
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
+    let nginx = Nginx::start(&nginx, &dir, slidegate.http_port, upstream.port);
+    let long_user = "u".repeat(5000);
+    let long_path = format!("/{}", "p".repeat(4100));
+    let cases: Vec<(&str, String, String)> = vec![
+        ("a UTF-8 user id", "josé".into(), "/a".into()),
+        ("a UTF-8 path", "bob".into(), "/café".into()),
+        ("an escaped UTF-8 path", "carol".into(), "/caf%C3%A9".into()),
+        ("a path that is not UTF-8", "dave".into(), "/x%FF".into()),
+        ("a 5,000-byte user id", long_user, "/a".into()),
+        ("a 4,100-byte path", "erin".into(), long_path),
+        ("an escaped line break", "frank".into(), "/a%0D%0Ab".into()),
+        ("a user id with , and =", "g,role=admin".into(), "/a".into()),
+    ];
+    for (what, user, path) in cases {
+        let get = || http_get(nginx.port, &path, &[("x-user-id", &user)]);
+        let statuses: Vec<u16> = (0..3).map(|_| get().status).collect();
+        assert_eq!(statuses, [200, 200, 429], "{what}: answered and counted");
+    }
+    drop(slidegate);
 }
 
 /// Prometheus (examples/prometheus.yml) scrapes slidegate; PromQL sees the denials we caused.
@@ -712,6 +774,70 @@ impl Envoy {
     /// A page of the admin interface.
     fn admin(&self, path: &str) -> String {
         http_get(self.admin_port, path, &[]).body
+    }
+}
+
+/// A running nginx with examples/nginx.conf, its ports rewritten.
+struct Nginx {
+    port: u16,
+    _process: KillOnDrop,
+}
+
+impl Nginx {
+    /// Starts nginx in front of `upstream`, checking with slidegate on `check_port`; waits until
+    /// it accepts connections.
+    fn start(program: &Path, dir: &Path, check_port: u16, upstream: u16) -> Nginx {
+        let port = free_port();
+        let conf = rewrite(
+            &read_example("nginx.conf"),
+            &[
+                (
+                    "listen 127.0.0.1:8888;",
+                    format!("listen 127.0.0.1:{port};"),
+                ),
+                (
+                    "server 127.0.0.1:8080;",
+                    format!("server 127.0.0.1:{check_port};"),
+                ),
+                (
+                    "server 127.0.0.1:8000;",
+                    format!("server 127.0.0.1:{upstream};"),
+                ),
+                (
+                    "proxy_read_timeout    100ms;",
+                    "proxy_read_timeout    2s;".to_string(),
+                ),
+            ],
+        );
+        let conf_path = dir.join("nginx.conf");
+        std::fs::write(&conf_path, conf).expect("write nginx.conf");
+        let prefix = dir.join("nginx");
+        std::fs::create_dir_all(&prefix).expect("nginx prefix");
+        let log = log_file(dir, "nginx");
+        let child = Command::new(program)
+            .arg("-p")
+            .arg(&prefix)
+            .args(["-e", "stderr", "-c"])
+            .arg(&conf_path)
+            .args(["-g", "daemon off; master_process off;"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn nginx");
+        let process = KillOnDrop(child);
+        assert!(
+            wait_until(Duration::from_secs(10), || TcpStream::connect((
+                "127.0.0.1",
+                port
+            ))
+            .is_ok()),
+            "nginx did not start; see {}",
+            dir.join("nginx.log").display()
+        );
+        Nginx {
+            port,
+            _process: process,
+        }
     }
 }
 

@@ -321,13 +321,56 @@ async fn grpc_shadow_mode_per_rule_and_global() {
         Code::OverLimit,
         "but reports the truth"
     );
-    assert!(!headers(&r).contains_key("retry-after"));
+    assert!(
+        !headers(&r).contains_key("ratelimit-remaining"),
+        "nothing is enforced, so no RateLimit headers: {:?}",
+        headers(&r)
+    );
     let m = global.metrics().await;
     assert_eq!(
         m.get(
             r#"slidegate_decisions_total{decision="shadow_denied",domain="test",rule="per_user"}"#
         ),
         1.0
+    );
+}
+
+/// A shadow rule changes nothing a client sees: the RateLimit headers come from enforced limits
+/// only, even when a shadow limit is the most restrictive of the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_headers_come_from_enforced_limits_only() {
+    let server = Server::start(&[]);
+    let mut client = server.client().await;
+    let shadow_only = request("test", vec![descriptor(&[("shadow", "q")])]);
+    let r = call(&mut client, shadow_only.clone()).await;
+    assert!(
+        !headers(&r).contains_key("ratelimit-limit"),
+        "{:?}",
+        headers(&r)
+    );
+    let both = request(
+        "test",
+        vec![descriptor(&[("shadow", "q")]), descriptor(&[("user", "z")])],
+    );
+    let r = call(&mut client, both).await;
+    assert_eq!(r.overall_code(), Code::Ok);
+    assert_eq!(r.statuses[0].limit_remaining, 0, "the shadow rule is full");
+    let h = headers(&r);
+    assert_eq!(
+        h.get("ratelimit-limit").map(String::as_str),
+        Some("3"),
+        "{h:?}"
+    );
+    assert_eq!(h.get("ratelimit-remaining").map(String::as_str), Some("2"));
+    assert_eq!(
+        h.get("ratelimit-policy").map(String::as_str),
+        Some("3;w=60")
+    );
+    let r = call(&mut client, shadow_only).await;
+    assert!(
+        !headers(&r).contains_key("ratelimit-limit"),
+        "{:?}",
+        headers(&r)
     );
 }
 
@@ -433,10 +476,6 @@ async fn grpc_invalid_arguments() {
             request("test", vec![descriptor(&[(&long, "v")])]),
             "entries[0].key is 17 bytes",
         ),
-        (
-            request("test", vec![descriptor(&[("k", &long)])]),
-            "entries[0].value is 17 bytes",
-        ),
         (request(&long, vec![ok()]), "domain is 17 bytes"),
         (request("test", vec![bad_unit]), "limit.unit must be one of"),
         (
@@ -459,6 +498,14 @@ async fn grpc_invalid_arguments() {
     }
     // The server is still fine.
     let r = call(&mut client, request("test", vec![ok()])).await;
+    assert_eq!(r.overall_code(), Code::Ok);
+    // A value over --max-value-bytes, which a client can choose, is decided (counted under its
+    // digest), not refused.
+    let r = call(
+        &mut client,
+        request("test", vec![descriptor(&[("user", &long)])]),
+    )
+    .await;
     assert_eq!(r.overall_code(), Code::Ok);
 }
 
@@ -816,8 +863,11 @@ async fn rlconfig_lists_every_rule() {
     let r = server.get("/rlconfig").await;
     assert_eq!(r.status(), 200);
     let text = r.text().await.expect("body");
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(lines.len(), RULE_COUNT, "{text}");
+    // The header says the served files are the ones on disk.
+    assert!(text.starts_with("# loaded_at: "), "{text}");
+    assert!(text.contains("\n# stale: false\n"), "{text}");
     let line = |path: &str| {
         lines
             .iter()
@@ -1040,6 +1090,31 @@ fn check_config_reports_rules_or_errors() {
         stderr.contains("bad.yaml") && stderr.contains("fortnight"),
         "{stderr}"
     );
+
+    // A rule deeper than --max-entries can never match: a warning, and the file still loads.
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        "domain: deep\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n            rate_limit: { unit: second, requests_per_unit: 1 }\n",
+    )
+    .expect("write");
+    for (max_entries, warned) in [("2", true), ("3", false)] {
+        let out = slidegate_command()
+            .arg("check-config")
+            .arg(&deep)
+            .args(["--max-entries", max_entries])
+            .output()
+            .expect("run");
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.contains("warning:")
+                && stderr.contains("a.b.c")
+                && stderr.contains("3 levels deep"),
+            warned,
+            "--max-entries {max_entries}: {stderr}"
+        );
+    }
 }
 
 #[test]

@@ -204,16 +204,18 @@ fn assert_within(what: &str, v: Duration, lo: Duration, hi: Duration) {
 async fn run_suite(f: &Fixture) {
     eprintln!("[{}] limits", f.name);
     limits(f).await;
-    eprintln!("[{}] hits_zero_and_many", f.name);
-    hits_zero_and_many(f).await;
+    for width in [None, Some(Duration::from_secs(1))] {
+        eprintln!("[{}] hits_zero_and_many, buckets {width:?}", f.name);
+        hits_zero_and_many(f, width).await;
+        eprintln!("[{}] same_counter_twice, buckets {width:?}", f.name);
+        same_counter_twice(f, width).await;
+    }
     eprintln!("[{}] all_or_nothing", f.name);
     all_or_nothing(f).await;
     eprintln!("[{}] many_counters", f.name);
     many_counters(f).await;
     eprintln!("[{}] shadow_counters", f.name);
     shadow_counters(f).await;
-    eprintln!("[{}] same_counter_twice", f.name);
-    same_counter_twice(f).await;
     eprintln!("[{}] cross_slot", f.name);
     cross_slot(f).await;
     eprintln!("[{}] reset_after", f.name);
@@ -226,6 +228,8 @@ async fn run_suite(f: &Fixture) {
     buckets(f).await;
     eprintln!("[{}] mixed_representations", f.name);
     mixed_representations(f).await;
+    eprintln!("[{}] long_windows", f.name);
+    long_windows(f).await;
 }
 
 async fn limits(f: &Fixture) {
@@ -253,9 +257,17 @@ async fn limits(f: &Fixture) {
     assert!(d.allowed && d.counters.is_empty());
 }
 
-async fn hits_zero_and_many(f: &Fixture) {
+/// `c` as the exact log (`None`) or as buckets of `width`: the suites that must hold for both.
+fn kept_as(c: Counter, width: Option<Duration>) -> Counter {
+    match width {
+        Some(width) => bucketed(c, width),
+        None => c,
+    }
+}
+
+async fn hits_zero_and_many(f: &Fixture, width: Option<Duration>) {
     let w = Duration::from_secs(60);
-    let c = counter("hits", "a", 5, w, 1);
+    let c = kept_as(counter("hits", "a", 5, w, 1), width);
     // hits 0 on an empty counter: a check, nothing recorded.
     let d = f.decide(&[hits(c.clone(), 0)]).await;
     assert!(d.allowed);
@@ -279,11 +291,32 @@ async fn hits_zero_and_many(f: &Fixture) {
     let d = f.decide(&[hits(c.clone(), 2)]).await;
     assert!(d.allowed);
     assert_eq!((d.counters[0].count, d.counters[0].remaining), (5, 0));
-    // hits 0 decides as for one hit.
+    // hits 0 on the full counter: 0 hits fit, so the check is allowed (as in
+    // envoyproxy/ratelimit), and it reports the counter full.
     let d = f.decide(&[hits(c.clone(), 0)]).await;
-    assert!(!d.allowed && d.counters[0].over_limit);
+    assert!(
+        d.allowed,
+        "[{}] a check of 0 hits fits a full counter",
+        f.name
+    );
+    let r = &d.counters[0];
+    assert_eq!(
+        (r.over_limit, r.count, r.remaining),
+        (false, 5, 0),
+        "[{}]",
+        f.name
+    );
+    // One hit does not fit, and a check with a limit below what the window holds (a reload
+    // lowered it) is over.
+    assert!(!f.decide(std::slice::from_ref(&c)).await.allowed);
+    let lowered = Counter {
+        limit: 4,
+        ..hits(c.clone(), 0)
+    };
+    let d = f.decide(&[lowered]).await;
+    assert!(!d.allowed && d.counters[0].over_limit, "[{}]", f.name);
     // hits > limit: always denied, even on an empty counter; the wait is the whole window.
-    let big = counter("hits", "big", 5, w, 6);
+    let big = kept_as(counter("hits", "big", 5, w, 6), width);
     let d = f.decide(std::slice::from_ref(&big)).await;
     assert!(!d.allowed && d.counters[0].over_limit);
     assert_eq!(d.counters[0].count, 0);
@@ -376,8 +409,8 @@ async fn shadow_counters(f: &Fixture) {
     assert!(d.allowed && d.counters[0].over_limit);
 }
 
-async fn same_counter_twice(f: &Fixture) {
-    let c = counter("twice", "a", 3, Duration::from_secs(60), 2);
+async fn same_counter_twice(f: &Fixture, width: Option<Duration>) {
+    let c = kept_as(counter("twice", "a", 3, Duration::from_secs(60), 2), width);
     let d = f.decide(&[c.clone(), c.clone()]).await;
     assert!(
         !d.allowed,
@@ -389,6 +422,61 @@ async fn same_counter_twice(f: &Fixture) {
     assert!(d.allowed);
     let d = f.decide(&[hits(c.clone(), 0)]).await;
     assert_eq!(d.counters[0].count, 2);
+
+    // Denied because the second occurrence sees the first's hit: nothing is recorded, and nothing
+    // (a cached deny included) may say otherwise afterwards.
+    let w = Duration::from_secs(60);
+    let once = kept_as(counter("twice", "once", 1, w, 1), width);
+    let d = f.decide(&[once.clone(), once.clone()]).await;
+    assert!(!d.allowed && d.counters[1].over_limit, "[{}]", f.name);
+    if let Some(exists) = f.cli(&["EXISTS"], &once) {
+        assert_eq!(exists, "0", "[{}]", f.name);
+    }
+    let d = f.decide(std::slice::from_ref(&once)).await;
+    assert!(
+        d.allowed,
+        "[{}] the denied request left the counter empty",
+        f.name
+    );
+
+    // Denied by another counter (on another slot, in a cluster): both occurrences report what
+    // the counter holds, not the hits of a request that was not recorded.
+    let (full, v) = two_slots("twice-denied", 1, 3, w);
+    let (full, v) = (kept_as(full, width), kept_as(v, width));
+    assert!(f.decide(std::slice::from_ref(&full)).await.allowed);
+    let d = f.decide(&[v.clone(), v.clone(), full.clone()]).await;
+    assert!(!d.allowed && d.counters[2].over_limit, "[{}]", f.name);
+    for r in &d.counters[..2] {
+        assert!(!r.over_limit, "[{}] {r:?}", f.name);
+        assert_eq!(
+            (r.count, r.remaining),
+            (0, 3),
+            "[{}] {:?}",
+            f.name,
+            d.counters
+        );
+    }
+    let d = f.decide(&[hits(v.clone(), 0)]).await;
+    assert_eq!(d.counters[0].count, 0, "[{}]", f.name);
+}
+
+/// Windows up to the longest that rules may configure (100 years) are held as configured.
+async fn long_windows(f: &Fixture) {
+    for years in [50, 100] {
+        let w = Duration::from_secs(years * 365 * 86_400);
+        let c = counter("long", &format!("y{years}"), 1, w, 1);
+        let d = f.decide(std::slice::from_ref(&c)).await;
+        assert!(d.allowed);
+        assert_eq!(d.counters[0].reset_after, w, "[{}] {years} years", f.name);
+        let d = f.decide(std::slice::from_ref(&c)).await;
+        assert!(!d.allowed);
+        assert_within(
+            &format!("[{}] {years} years, denied", f.name),
+            d.counters[0].reset_after,
+            w - Duration::from_secs(5),
+            w,
+        );
+    }
 }
 
 /// Two counters on different cluster slots (for the other stores just two counters): a deny by one
@@ -733,7 +821,7 @@ fn model_fits(admitted: &[(u64, u64)], now: u64, window: u64, limit: u64, hits: 
         .filter(|(t, _)| t + window > now)
         .map(|(_, h)| h)
         .sum();
-    hits <= limit && in_window + hits.max(1) <= limit
+    hits <= limit && in_window + hits <= limit
 }
 
 proptest! {
@@ -2025,4 +2113,157 @@ async fn cluster_deny_cache_never_caches_what_a_take_back_can_free() {
         .expect("decide");
     assert!(!d.allowed && d.counters[0].over_limit);
     assert_eq!(node.command_calls("evalsha"), calls, "denied locally");
+}
+
+/// A request that names one counter twice, once that counter's cached deny has expired: its first
+/// occurrence leads the refresh, and the second must not wait for it (it would wait for its own
+/// request, waking at once and looking again until a quarter of the timeout had passed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_a_request_never_waits_for_its_own_refresh() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&RedisOptions {
+        deny_cache: 1000,
+        timeout: Duration::from_secs(20),
+        ..redis_options(server.url())
+    })
+    .await
+    .expect("connect");
+    let w = Duration::from_secs(1);
+    let c = counter("own-refresh", "a", 1, w, 1);
+    let decide = |counters: Vec<Counter>| {
+        let store = &store;
+        async move { store.decide(&counters).await.expect("decide") }
+    };
+    assert!(decide(vec![c.clone()]).await.allowed);
+    assert!(
+        !decide(vec![c.clone()]).await.allowed,
+        "full: the deny is cached"
+    );
+    tokio::time::sleep(w + Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let d = decide(vec![c.clone(), c.clone()]).await;
+    let took = started.elapsed();
+    assert!(!d.allowed, "2 hits of one counter exceed its limit of 1");
+    // Not a measure of speed: spinning would take 5 s (a quarter of the timeout), one call takes
+    // well under a millisecond.
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    assert!(
+        decide(vec![c]).await.allowed,
+        "nothing was recorded or cached"
+    );
+}
+
+/// A request that waits for another request's refresh of a counter waits at most a quarter of its
+/// own timeout, then asks Redis itself, however long the leader takes: here the leader is never
+/// polled again after sending its call, so it holds its refresh until it is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_a_waiter_waits_only_its_own_share_of_the_timeout() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&RedisOptions {
+        deny_cache: 1000,
+        timeout: Duration::from_secs(2),
+        ..redis_options(server.url())
+    })
+    .await
+    .expect("connect");
+    let w = Duration::from_secs(1);
+    let c = counter("stuck-leader", "a", 1, w, 1);
+    let one = std::slice::from_ref(&c);
+    assert!(store.decide(one).await.expect("decide").allowed);
+    assert!(!store.decide(one).await.expect("decide").allowed);
+    tokio::time::sleep(w + Duration::from_millis(100)).await;
+    let mut leader = Box::pin(store.decide(one));
+    let pending =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(leader.as_mut().poll(cx).is_pending()))
+            .await;
+    assert!(pending, "the leader is waiting for Redis");
+    let waiter = store.decide(one).await;
+    let d = waiter.expect("the waiter asked Redis itself within its own timeout");
+    assert!(!d.allowed, "the leader's hit filled the counter");
+    drop(leader);
+}
+
+/// The compensation of a denied cross-slot request takes its hits out of the counter before (or
+/// together with) its provisional log: in between, a counter full of hits that are about to go
+/// would look full for good, and a deny cache would keep denying after they left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_take_back_empties_the_counter_before_the_provisional_log() {
+    use std::io::BufRead;
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&cluster_options(cluster.urls()))
+        .await
+        .expect("connect");
+    let w = Duration::from_secs(60);
+    let (full, b) = two_slots("take-back-order", 1, 5, w);
+    assert!(
+        store
+            .decide(std::slice::from_ref(&full))
+            .await
+            .expect("decide")
+            .allowed
+    );
+    let key = format!("{PREFIX}{}", b.key.as_str());
+    let log = format!("{key}p");
+    let node = cluster.node_for(&key);
+
+    let mut monitor = std::process::Command::new("redis-cli")
+        .args(["-p", &node.port.to_string(), "MONITOR"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("redis-cli MONITOR");
+    let stdout = monitor.stdout.take().expect("stdout");
+    let _monitor = support::KillOnDrop(monitor);
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("MONITOR line")
+    };
+    assert_eq!(next(), "OK");
+
+    let d = store
+        .decide(&[b.clone(), full.clone()])
+        .await
+        .expect("decide");
+    assert!(!d.allowed);
+    let gone = support::wait_until(Duration::from_secs(5), || {
+        node.cli(&["ZCARD", &key]) == "0" && node.cli(&["ZCARD", &log]) == "0"
+    });
+    assert!(gone, "the compensation ran");
+    node.cli(&["ECHO", "end-of-test"]);
+    let mut removals = Vec::new();
+    loop {
+        let line = next();
+        if line.contains("end-of-test") {
+            break;
+        }
+        if line.contains("\"ZREM\"") {
+            removals.push(line);
+        }
+    }
+    let position = |k: &str| {
+        removals
+            .iter()
+            .position(|l| l.contains(&format!("\"ZREM\" \"{k}\" ")))
+    };
+    assert!(
+        matches!((position(&key), position(&log)), (Some(c), Some(l)) if c < l),
+        "{removals:#?}"
+    );
 }

@@ -27,3 +27,20 @@ impl fmt::Display for ConfigErrors {
         Ok(())
     }
 }
+
+/// Something a load went on past: a value read differently from a strict YAML reading (as
+/// envoyproxy/ratelimit's parser reads it), a duplicate key, a skipped file. Printed by
+/// `check-config` and logged, never a reason to refuse the rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// The file (or directory entry) the warning is about.
+    pub file: String,
+    /// Where and what, e.g. `descriptors[0].shadow_mode: \`yes\` read as true (...)`.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file, self.message)
+    }
+}

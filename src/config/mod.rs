@@ -1,10 +1,13 @@
 //! Rule configuration: envoyproxy/ratelimit-compatible YAML files with sliding-window extensions.
 //!
-//! - `model`: the YAML structures as written by users (serde, unknown keys rejected).
+//! - `read`: YAML as envoyproxy/ratelimit's parser (yaml.v2, YAML 1.1) reads it, every departure
+//!   from a strict reading a warning.
+//! - `model`: the YAML structures as written by users (unknown keys rejected).
 //! - `validate`/`load`: files or a directory into a [`RuleSet`], every error naming file and field.
 //! - `tree`: the compiled descriptor-matching tree (a map per level, so cost does not grow with
 //!   the number of rules).
 //! - `reload`: watching the files and SIGHUP; all-or-nothing swaps of the live [`RuleSet`].
+//! - `source`: where rules come from (the files, or a control plane over xDS).
 //!
 //! The format is envoyproxy/ratelimit's (one file = one `domain`, nested `descriptors` with
 //! `key`, `value`, `rate_limit`, `shadow_mode`, `detailed_metric`, `value_to_metric`,
@@ -23,9 +26,11 @@
 //! - `*` in a `value` matches any run of characters anywhere (envoyproxy/ratelimit only supports
 //!   a trailing `*`, which means the same here).
 //!
-//! Stricter than the reference, because a silently ignored line is a limit that does not apply:
-//! unknown keys, `shadow_mode`/`detailed_metric` on a node without a limit, and `replaces` naming
-//! no rule of the domain are errors.
+//! Unknown keys are errors, as in the reference. Stricter than the reference, because a silently
+//! ignored line is a limit that does not apply: `shadow_mode`/`detailed_metric` on a node without
+//! a limit, and `replaces` naming no rule of the domain are errors too. YAML is read as the
+//! reference's parser reads it (YAML 1.1, see `read`), with a warning for each difference from a
+//! strict reading.
 //!
 //! A [`Rule`] holds no counters. Counters are identified by (domain, entries as matched, window)
 //! in the store, so a reload that keeps a rule's path and window keeps its counts, and a reload
@@ -37,15 +42,20 @@ use std::time::Duration;
 
 pub use crate::store::Precision;
 
+mod checksum;
 mod error;
+mod follow;
 mod load;
 mod model;
+mod read;
 pub mod reload;
+pub mod source;
 mod tree;
 mod validate;
 
-pub use error::{ConfigError, ConfigErrors};
-pub use load::{load_path, load_sources};
+pub use checksum::Checksum;
+pub use error::{ConfigError, ConfigErrors, ConfigWarning};
+pub use load::{Checked, MAX_RULE_FILE_BYTES, check_path, load_path, load_sources};
 pub use tree::{DomainRules, RuleMatch, RuleSet};
 
 /// The unit of a limit, as in envoyproxy/ratelimit. Month is 30 days, year 365 days.
@@ -151,6 +161,9 @@ pub struct Rule {
     pub replaces: Vec<String>,
     /// Where the rule was defined (file path), for `/rlconfig` and errors.
     pub source: Arc<str>,
+    /// Levels from the root to the rule's node: the entries a descriptor needs to reach it
+    /// (`check-config` warns about rules deeper than `--max-entries`).
+    pub depth: usize,
 }
 
 impl Rule {

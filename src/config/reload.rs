@@ -1,34 +1,47 @@
 //! Reloading rules on file changes (debounced) and on SIGHUP, all or nothing.
 //!
-//! The watcher watches the rule directory, or the parent directory of a single rule file, rather
-//! than the files themselves: editors and deploy tools often replace a file by renaming a new one
-//! over it, and Kubernetes swaps a symlinked directory. A watch on the old file would miss both.
-//! Events are debounced so that a copy (truncate, then write) is read once it is complete.
+//! The rule path is followed as the user means it, not as it resolved at start: the watches
+//! cover every directory in which resolving the path looks up a name (see [`super::follow`]),
+//! and move whenever one of those names changes. So a swapped `current -> releases/N` symlink,
+//! a directory deleted and created again, a directory replaced by a symlink, a symlinked rule
+//! file whose target is edited, and a Kubernetes ConfigMap's `..data` swap are all seen, and so
+//! are later edits in whatever the path names then. Events are debounced so that a copy
+//! (truncate, then write) is read once it is complete.
 //!
-//! Any change in the watched directory leads to reading the rule files again; they are only
-//! compiled and swapped in when their contents differ from the live rules' files (and from the
-//! last failed attempt, which was already reported). That keeps swap files and unrelated files in
-//! a watched parent directory from causing reloads, and lets a watcher follow a Kubernetes
-//! ConfigMap, whose update only renames a hidden directory. SIGHUP and [`Reloader::reload_now`]
-//! always reload.
+//! A relevant change leads to reading the rule files again; they are only compiled and swapped in
+//! when their checksum differs from the live rules' (and from the last failed attempt, which was
+//! already reported, whether the files did not parse or could not be read): one cause is counted
+//! once, however many unrelated changes follow. SIGHUP and [`Reloader::reload_now`] always
+//! reload. As a last resort against a watcher that misses changes (network file systems send
+//! no events), the files are also checked every [`VERIFY_INTERVAL`].
+//!
+//! The [`ConfigStatus`] (checksum of the served files and of the files on disk, time of the last
+//! successful load) makes a reload that did not happen visible.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use arc_swap::ArcSwap;
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::Signal;
 use tokio::sync::Mutex;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
+use super::follow::{self, Plan};
 use super::load::read_sources;
-use super::{ConfigError, ConfigErrors, LiveRules, RuleSet, load_sources};
+use super::{Checksum, ConfigError, ConfigErrors, LiveRules, RuleSet, load_sources};
 
 /// How long the files must be quiet before a reload: long enough for an editor's
 /// truncate-then-write, short enough to feel immediate.
 const DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// How often the rule files are read even without an event. Long enough that reading them costs
+/// nothing worth measuring; short enough that a missed change is served within a minute.
+pub const VERIFY_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The result of one reload attempt.
 #[derive(Debug, Clone)]
@@ -39,72 +52,63 @@ pub enum ReloadOutcome {
     Failed(ConfigErrors),
 }
 
-/// Called after every reload attempt (metrics, logs). A file event that leaves the rule files'
-/// contents unchanged is not an attempt.
-pub type ReloadHook = Arc<dyn Fn(&ReloadOutcome) + Send + Sync>;
+/// Whether the rules being served are the files on disk, and since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigStatus {
+    /// The checksum of the files the live rules were built from.
+    pub served: Checksum,
+    /// The checksum of the files as last read; `None` when they could not be read.
+    pub on_disk: Option<Checksum>,
+    /// When the live rules were loaded.
+    pub loaded_at: SystemTime,
+}
+
+impl ConfigStatus {
+    /// The files on disk are not the ones served (the last reload failed).
+    pub fn is_stale(&self) -> bool {
+        self.on_disk != Some(self.served)
+    }
+}
+
+/// The latest [`ConfigStatus`], shared with `/rlconfig`.
+pub type SharedStatus = Arc<ArcSwap<ConfigStatus>>;
+
+/// Called after every reload attempt (metrics, logs) with the status it left. A file event that
+/// leaves the rule files' contents unchanged is not an attempt.
+pub type ReloadHook = Arc<dyn Fn(&ReloadOutcome, &ConfigStatus) + Send + Sync>;
 
 /// Watches `path` (file or directory) and swaps `live` on every good change and on SIGHUP.
 /// Stops when dropped.
 pub struct Reloader {
     inner: Arc<Inner>,
-    /// Dropping the debouncer stops the watcher thread.
-    _debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
     task: JoinHandle<()>,
 }
 
 impl Reloader {
-    /// Starts watching. Must be called inside a Tokio runtime.
-    pub fn spawn(path: PathBuf, live: LiveRules, hook: ReloadHook) -> std::io::Result<Reloader> {
+    /// Starts watching. `hangup` is the SIGHUP stream, created by the caller as early as it can
+    /// (a SIGHUP that arrives before a handler exists kills the process); one that arrived
+    /// meanwhile causes a reload now. Must be called inside a Tokio runtime.
+    pub fn spawn(
+        path: PathBuf,
+        live: LiveRules,
+        hook: ReloadHook,
+        hangup: Signal,
+    ) -> std::io::Result<Reloader> {
+        let status = ConfigStatus {
+            served: live.load().checksum(),
+            on_disk: Some(live.load().checksum()),
+            loaded_at: SystemTime::now(),
+        };
         let inner = Arc::new(Inner {
             path,
             live,
             hook,
             failed: Mutex::new(None),
+            status: Arc::new(ArcSwap::from_pointee(status)),
         });
-        let (changed_tx, mut changed) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
-            match result {
-                Ok(events) => {
-                    if events.iter().any(|e| is_change(&e.event.kind)) {
-                        // The receiver is gone only when the Reloader is dropped.
-                        let _ = changed_tx.send(());
-                    }
-                }
-                Err(errors) => {
-                    for error in errors {
-                        tracing::warn!(%error, "rule file watcher error");
-                    }
-                }
-            }
-        })
-        .map_err(std::io::Error::other)?;
-        debouncer
-            .watch(watch_dir(&inner.path), RecursiveMode::NonRecursive)
-            .map_err(std::io::Error::other)?;
-        let mut hangup = signal(SignalKind::hangup())?;
-
-        let worker = inner.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    Some(()) = changed.recv() => {
-                        // Several debounced batches may have queued up: one reload covers them.
-                        while changed.try_recv().is_ok() {}
-                        worker.reload_if_changed().await;
-                    }
-                    Some(()) = hangup.recv() => {
-                        tracing::info!(path = %worker.path.display(), "SIGHUP: reloading rules");
-                        worker.reload().await;
-                    }
-                    else => break,
-                }
-            }
-        });
-        Ok(Reloader {
-            inner,
-            _debouncer: debouncer,
-            task,
-        })
+        let (watches, events) = Watches::new()?;
+        let task = tokio::spawn(run(inner.clone(), watches, events, hangup));
+        Ok(Reloader { inner, task })
     }
 
     /// Reloads now, whether or not the files changed, as SIGHUP does. The hook is called too.
@@ -116,6 +120,11 @@ impl Reloader {
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
+
+    /// The served and on-disk checksums and the time of the last load, kept current.
+    pub fn status(&self) -> SharedStatus {
+        Arc::clone(&self.inner.status)
+    }
 }
 
 impl Drop for Reloader {
@@ -124,14 +133,135 @@ impl Drop for Reloader {
     }
 }
 
-/// The directory to watch: the path itself, or a file's parent.
-fn watch_dir(path: &Path) -> &Path {
-    if path.is_dir() {
-        return path;
+/// The reloader's loop: events, SIGHUP and the periodic check. Owns the watches (dropping them,
+/// when the task is aborted, stops the watcher thread).
+async fn run(
+    inner: Arc<Inner>,
+    mut watches: Watches,
+    mut events: UnboundedReceiver<Vec<PathBuf>>,
+    mut hangup: Signal,
+) {
+    // Files are read through the path as given (errors and `/rlconfig` show it as the user wrote
+    // it); the watches need it absolute. The working directory never changes.
+    let watched = std::path::absolute(&inner.path).unwrap_or_else(|_| inner.path.clone());
+    let mut verify = tokio::time::interval(VERIFY_INTERVAL);
+    verify.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    verify.reset();
+    // A change between the first load and the first watch is picked up here.
+    watches.follow(&watched);
+    inner.reload_if_changed().await;
+    loop {
+        tokio::select! {
+            Some(paths) = events.recv() => {
+                // Several debounced batches may have queued up: one reload covers them.
+                let mut relevant = watches.notice(&paths);
+                while let Ok(more) = events.try_recv() {
+                    relevant |= watches.notice(&more);
+                }
+                if relevant {
+                    watches.follow(&watched);
+                    inner.reload_if_changed().await;
+                }
+            }
+            Some(()) = hangup.recv() => {
+                tracing::info!(path = %inner.path.display(), "SIGHUP: reloading rules");
+                watches.follow(&watched);
+                inner.reload().await;
+            }
+            _ = verify.tick() => {
+                watches.follow(&watched);
+                if let Some(ReloadOutcome::Loaded { .. }) = inner.reload_if_changed().await {
+                    tracing::warn!(
+                        path = %inner.path.display(),
+                        "the periodic check found changed rule files that no file event reported"
+                    );
+                }
+            }
+            else => break,
+        }
     }
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
+}
+
+/// The file watcher and the directories it watches now.
+struct Watches {
+    /// Dropping the debouncer stops the watcher thread.
+    debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+    plan: Plan,
+}
+
+impl Watches {
+    /// A watcher with no watches yet; its events (the paths of changes) come out of the receiver.
+    fn new() -> std::io::Result<(Watches, UnboundedReceiver<Vec<PathBuf>>)> {
+        let (changed_tx, changed) = tokio::sync::mpsc::unbounded_channel();
+        let debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+            match result {
+                Ok(events) => {
+                    let paths: Vec<PathBuf> = events
+                        .into_iter()
+                        .filter(|e| is_change(&e.event.kind))
+                        .flat_map(|e| e.event.paths.clone())
+                        .collect();
+                    if !paths.is_empty() {
+                        // The receiver is gone only when the Reloader is dropped.
+                        let _ = changed_tx.send(paths);
+                    }
+                }
+                Err(errors) => {
+                    for error in errors {
+                        tracing::warn!(%error, "rule file watcher error");
+                    }
+                }
+            }
+        })
+        .map_err(std::io::Error::other)?;
+        let watches = Watches {
+            debouncer,
+            plan: Plan::default(),
+        };
+        Ok((watches, changed))
+    }
+
+    /// Whether any of `paths` can change what the rule path names or holds. A watched directory
+    /// among them is watched again at the next [`Watches::follow`] (see [`Plan::forget`]).
+    fn notice(&mut self, paths: &[PathBuf]) -> bool {
+        let mut relevant = false;
+        for path in paths {
+            relevant |= self.plan.covers(path);
+            self.plan.forget(path);
+        }
+        relevant
+    }
+
+    /// Resolves `path` again and moves the watches to what it names now. Called before the
+    /// files are read, so that a change after the read always has a watch to report it.
+    fn follow(&mut self, path: &Path) {
+        let plan = follow::plan(path);
+        if plan == self.plan {
+            return;
+        }
+        let old: Vec<_> = self.plan.dirs().map(|(d, id)| (d.to_owned(), id)).collect();
+        for (dir, identity) in &old {
+            if !plan.dirs().any(|(d, id)| d == dir && id == *identity) {
+                // Gone already when the directory was deleted: nothing to undo then.
+                let _ = self.debouncer.unwatch(dir);
+            }
+        }
+        for (dir, identity) in plan.dirs() {
+            let kept = old.iter().any(|(d, id)| d == dir && *id == identity);
+            if kept || identity.is_none() {
+                continue;
+            }
+            if let Err(error) = self.debouncer.watch(dir, RecursiveMode::NonRecursive) {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    %error,
+                    "cannot watch a directory on the rule path; changes there are seen by \
+                     the periodic check only"
+                );
+            }
+        }
+        tracing::debug!(path = %path.display(), plan = ?plan, "watching the rule path");
+        self.plan = plan;
     }
 }
 
@@ -144,38 +274,50 @@ fn is_change(kind: &EventKind) -> bool {
     }
 }
 
+/// What one read of the rule files found, to recognise the same failure again.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// Files with this checksum.
+    Files(Checksum),
+    /// Files that could not be read, with these errors.
+    Unreadable(String),
+}
+
 struct Inner {
     path: PathBuf,
     live: LiveRules,
     hook: ReloadHook,
-    /// The sources of the last failed attempt, if the latest attempt failed. The lock also
-    /// serializes reloads, so an older read can never be swapped in after a newer one.
-    failed: Mutex<Option<Vec<(String, String)>>>,
+    /// What the latest attempt found, if it failed. The lock also serializes reloads, so an
+    /// older read can never be swapped in after a newer one.
+    failed: Mutex<Option<Found>>,
+    status: SharedStatus,
 }
 
 type Sources = Result<Vec<(String, String)>, ConfigErrors>;
 
 impl Inner {
     /// Reloads unless nothing is new: the files are what is live (and no failure is pending that
-    /// this would clear), or they are the same broken files as last time (already reported).
+    /// this would clear), or they are what the last failed attempt found (already reported).
     async fn reload_if_changed(&self) -> Option<ReloadOutcome> {
         let mut failed = self.failed.lock().await;
         let sources = self.read().await;
-        if let Ok(sources) = &sources {
-            let live = failed.is_none() && self.live.load().built_from(sources);
-            let same_failure = failed.as_ref() == Some(sources);
-            if live || same_failure {
-                tracing::debug!(path = %self.path.display(), "rule files unchanged");
-                return None;
-            }
+        let found = found(&sources);
+        let unchanged = match &*failed {
+            Some(failure) => *failure == found,
+            None => found == Found::Files(self.live.load().checksum()),
+        };
+        if unchanged {
+            tracing::debug!(path = %self.path.display(), "rule files unchanged");
+            return None;
         }
-        Some(self.apply(sources, &mut failed).await)
+        Some(self.apply(sources, found, &mut failed).await)
     }
 
     async fn reload(&self) -> ReloadOutcome {
         let mut failed = self.failed.lock().await;
         let sources = self.read().await;
-        self.apply(sources, &mut failed).await
+        let found = found(&sources);
+        self.apply(sources, found, &mut failed).await
     }
 
     async fn read(&self) -> Sources {
@@ -189,34 +331,30 @@ impl Inner {
     async fn apply(
         &self,
         sources: Sources,
-        failed: &mut Option<Vec<(String, String)>>,
+        found: Found,
+        failed: &mut Option<Found>,
     ) -> ReloadOutcome {
         let result = match sources {
-            Err(errors) => {
-                *failed = None;
-                Err(errors)
-            }
-            Ok(sources) => {
-                let compiled = tokio::task::spawn_blocking(move || {
-                    let result = load_sources(&sources);
-                    (sources, result)
-                })
-                .await;
-                match compiled {
-                    Ok((_, Ok(rules))) => {
-                        *failed = None;
-                        Ok(rules)
-                    }
-                    Ok((sources, Err(errors))) => {
-                        *failed = Some(sources);
-                        Err(errors)
-                    }
-                    Err(e) => Err(self.task_failed(e)),
-                }
-            }
+            Err(errors) => Err(errors),
+            // The sources' text is dropped once compiled: the rule set keeps only its checksum.
+            Ok(sources) => tokio::task::spawn_blocking(move || load_sources(&sources))
+                .await
+                .unwrap_or_else(|e| Err(self.task_failed(e))),
         };
+        let on_disk = match found {
+            Found::Files(checksum) => Some(checksum),
+            Found::Unreadable(_) => None,
+        };
+        *failed = result.is_err().then_some(found);
         let outcome = self.swap(result);
-        (self.hook)(&outcome);
+        let mut status = ConfigStatus::clone(&self.status.load());
+        status.on_disk = on_disk;
+        if let ReloadOutcome::Loaded { .. } = outcome {
+            status.served = self.live.load().checksum();
+            status.loaded_at = SystemTime::now();
+        }
+        (self.hook)(&outcome, &status);
+        self.status.store(Arc::new(status));
         outcome
     }
 
@@ -246,5 +384,12 @@ impl Inner {
             file: self.path.display().to_string(),
             message: format!("reload task failed: {error}"),
         }])
+    }
+}
+
+fn found(sources: &Sources) -> Found {
+    match sources {
+        Ok(sources) => Found::Files(Checksum::of(sources)),
+        Err(errors) => Found::Unreadable(errors.to_string()),
     }
 }

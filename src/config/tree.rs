@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Rule;
+use super::checksum::Checksum;
 use crate::store::key::{CounterTag, TagTemplate};
 
 /// All domains' rules, immutable once built.
@@ -23,9 +24,9 @@ pub struct RuleSet {
     domains: HashMap<String, DomainRules>,
     /// Every rule, sorted by domain then path (for `/rlconfig` and `rule_count`).
     rules: Vec<Arc<Rule>>,
-    /// The (file name, text) pairs this set was built from, so a reload can tell whether the
-    /// files differ from what is live.
-    sources: Vec<(String, String)>,
+    /// The checksum of the files this set was built from, so a reload can tell whether the
+    /// files differ from what is live (their text is not kept).
+    checksum: Checksum,
 }
 
 /// The rules of one domain.
@@ -45,6 +46,8 @@ pub struct RuleMatch<'a> {
     /// - `detailed_metric` on the rule: every request entry as `key_value`, joined with `.`;
     /// - `value_to_metric` on any node of the path: the static path, except that key-only and
     ///   wildcard levels whose node has `value_to_metric` show the request's value (`key_value`);
+    /// - in both, a value matched by a `share_threshold` wildcard shows as the pattern
+    ///   (`route_api/*`), as in envoyproxy/ratelimit;
     /// - else the rule's `name`, else its static path ([`Rule::stats_name`]), borrowed.
     ///
     /// Runtime values appear only when the config asks for them, so metric cardinality stays
@@ -59,7 +62,7 @@ impl RuleSet {
     pub(super) fn new(
         mut domains: HashMap<String, DomainRules>,
         mut rules: Vec<Arc<Rule>>,
-        sources: Vec<(String, String)>,
+        checksum: Checksum,
     ) -> Self {
         // Here, not in `DomainRules::new`: the domain's name is known from this map.
         for (name, domain) in &mut domains {
@@ -69,13 +72,13 @@ impl RuleSet {
         RuleSet {
             domains,
             rules,
-            sources,
+            checksum,
         }
     }
 
-    /// Whether this set was built from exactly these files.
-    pub(super) fn built_from(&self, sources: &[(String, String)]) -> bool {
-        self.sources == sources
+    /// The checksum of the rule files this set was built from (see [`Checksum`]).
+    pub fn checksum(&self) -> Checksum {
+        self.checksum
     }
 
     /// The rules of a domain, if it is configured.
@@ -125,7 +128,8 @@ impl DomainRules {
             Cow::Borrowed(entries)
         };
         let stats_name = if rule.detailed_metric {
-            Cow::Owned(detailed_name(entries))
+            // The counter's entries: a value shared by `share_threshold` shows as its pattern.
+            Cow::Owned(detailed_name(&counter_entries))
         } else if rule.value_to_metric {
             let mut name = String::new();
             self.walk(entries, |step| step.push_metric_segment(&mut name));
@@ -175,6 +179,15 @@ impl RuleMatch<'_> {
         // The template has one key per level of the path, and the match one entry per level.
         self.tag_template
             .tag(self.counter_entries.iter().map(|&(_, value)| value))
+    }
+
+    /// [`RuleMatch::counter_tag`] with `values` in place of the counter values (one per entry,
+    /// in order): the limiter counts a long value under its digest.
+    pub fn counter_tag_with<'v>(
+        &self,
+        values: impl Iterator<Item = &'v str> + Clone,
+    ) -> CounterTag {
+        self.tag_template.tag(values)
     }
 }
 
@@ -235,7 +248,11 @@ impl<'a> Step<'a> {
         if !name.is_empty() {
             name.push('.');
         }
-        let runtime = self.node.value_to_metric && !matches!(self.how, Matched::Exact);
+        // A value shared by `share_threshold` shows as its pattern (the node's segment), as in
+        // envoyproxy/ratelimit: one series per pattern, not one per request value.
+        let runtime = self.node.value_to_metric
+            && !matches!(self.how, Matched::Exact)
+            && !self.shares_value();
         if runtime {
             push_segment(name, self.key, self.value);
         } else {

@@ -1,20 +1,20 @@
-//! From the YAML model to the matching tree, checking everything serde cannot.
+//! From the YAML model to the matching tree, checking everything the reading cannot.
 //!
 //! Every check reports the field path (`descriptors[0].rate_limit.unit`) and keeps going, so one
 //! run of `check-config` shows every problem of a file instead of the first one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::model::{DescriptorModel, FileModel, RateLimitModel};
+use super::read::Findings;
 use super::tree::{DomainRules, Level, Node, Pattern, Slot};
-use super::{ConfigError, Limit, Precision, Rule, Unit};
+use super::{ConfigError, ConfigWarning, Limit, Precision, Rule, Unit};
 
-/// The longest window accepted. Longer ones are certainly typos, and bounding them keeps window
-/// arithmetic in the stores (milliseconds, expiry times) far from overflow.
-const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
+// The longest window accepted is the longest the stores hold; longer ones are certainly typos.
+use crate::store::MAX_WINDOW;
 
 /// One file's domain, compiled.
 pub(super) struct Compiled {
@@ -23,15 +23,36 @@ pub(super) struct Compiled {
     pub list: Vec<Arc<Rule>>,
 }
 
-/// Checks and compiles one file's model. `file` names the file in errors and in `Rule::source`.
-pub(super) fn compile(file: &Arc<str>, model: FileModel) -> Result<Compiled, Vec<ConfigError>> {
+/// What compiling one file gave: its domain unless there were errors, and every error and
+/// warning, those found while reading included.
+pub(super) struct FileOutcome {
+    pub compiled: Option<Compiled>,
+    pub errors: Vec<ConfigError>,
+    pub warnings: Vec<ConfigWarning>,
+}
+
+/// Checks and compiles one file's model. `file` names the file in errors and in `Rule::source`;
+/// `findings` are what reading it found.
+pub(super) fn compile(file: &Arc<str>, model: FileModel, findings: Findings) -> FileOutcome {
     let mut compiler = Compiler {
         file: file.clone(),
-        domain: model.domain,
+        domain: model.domain.clone().unwrap_or_default(),
         errors: Vec::new(),
+        warnings: Vec::new(),
+        unreadable: findings.unreadable,
         rules: Vec::new(),
     };
-    if compiler.domain.is_empty() {
+    for message in findings.errors {
+        compiler.errors.push(compiler.at_file(message));
+    }
+    for message in findings.notes {
+        let warning = compiler.at_file(message);
+        compiler.warnings.push(ConfigWarning {
+            file: warning.file,
+            message: warning.message,
+        });
+    }
+    if model.domain.as_deref() == Some("") {
         compiler.error(
             "domain",
             "empty domain; every rule file needs a non-empty `domain`",
@@ -39,37 +60,61 @@ pub(super) fn compile(file: &Arc<str>, model: FileModel) -> Result<Compiled, Vec
     }
     let root = compiler.level(model.descriptors.unwrap_or_default(), "", "", false);
     compiler.check_replaces();
-    if !compiler.errors.is_empty() {
-        return Err(compiler.errors);
-    }
-    Ok(Compiled {
+    let compiled = compiler.errors.is_empty().then(|| Compiled {
         domain: compiler.domain,
         rules: DomainRules::new(root),
         list: compiler.rules.into_iter().map(|(_, rule)| rule).collect(),
-    })
+    });
+    FileOutcome {
+        compiled,
+        errors: compiler.errors,
+        warnings: compiler.warnings,
+    }
 }
 
 struct Compiler {
     file: Arc<str>,
     domain: String,
     errors: Vec<ConfigError>,
+    warnings: Vec<ConfigWarning>,
+    /// Paths whose value could not be read (already reported): no "missing" errors for them.
+    unreadable: HashSet<String>,
     /// Each rule with the location of its limit, for the `replaces` check.
     rules: Vec<(String, Arc<Rule>)>,
 }
 
 impl Compiler {
+    fn at_file(&self, message: String) -> ConfigError {
+        ConfigError {
+            file: self.file.to_string(),
+            message,
+        }
+    }
+
     fn error(&mut self, at: &str, message: impl Display) {
-        self.errors.push(ConfigError {
+        self.errors.push(self.at_file(format!("{at}: {message}")));
+    }
+
+    fn warn(&mut self, at: &str, message: impl Display) {
+        self.warnings.push(ConfigWarning {
             file: self.file.to_string(),
             message: format!("{at}: {message}"),
         });
     }
 
+    /// A missing value, unless it was there but unreadable (and so already reported).
+    fn missing(&mut self, at: &str, message: impl Display) {
+        if !self.unreadable.contains(at) {
+            self.error(at, message);
+        }
+    }
+
     /// Compiles the descriptors of one level. `at` is the parent's location ("" at the root),
     /// `parent_path` its stats path, `value_to_metric` whether a parent asked for runtime values.
+    /// Entries that were not maps are `None`, already reported.
     fn level(
         &mut self,
-        descriptors: Vec<DescriptorModel>,
+        descriptors: Vec<Option<DescriptorModel>>,
         at: &str,
         parent_path: &str,
         value_to_metric: bool,
@@ -79,14 +124,20 @@ impl Compiler {
         // `key: a_b` and `key: a, value: b` are different nodes with the same path `a_b`, so
         // their metrics would merge; envoyproxy/ratelimit rejects them as one composite key.
         let mut segments: HashMap<String, String> = HashMap::new();
+        let mut keys: BTreeMap<String, String> = BTreeMap::new();
         for (i, descriptor) in descriptors.into_iter().enumerate() {
+            let Some(descriptor) = descriptor else {
+                continue;
+            };
             let loc = if at.is_empty() {
                 format!("descriptors[{i}]")
             } else {
                 format!("{at}.descriptors[{i}]")
             };
+            let key = descriptor.key.clone().unwrap_or_default();
             let value = descriptor.value.clone().filter(|v| !v.is_empty());
-            let identity = (descriptor.key.clone(), value);
+            keys.entry(key.clone()).or_insert_with(|| loc.clone());
+            let identity = (key, value);
             let duplicate_of = seen.get(&identity).cloned();
             let (key, slot, node) = self.descriptor(descriptor, &loc, parent_path, value_to_metric);
             if let Some(first) = duplicate_of {
@@ -110,7 +161,37 @@ impl Compiler {
                 self.duplicate(&loc, &identity, "an earlier descriptor");
             }
         }
+        self.joined_keys(&keys);
         level
+    }
+
+    /// envoyproxy/ratelimit looks a request entry up as `key_value` joined with `_`: where one
+    /// key of a level is another plus `_` and more (`user` and `user_id`), a request entry of the
+    /// shorter key can match the longer key's descriptors there (`user` = `id_bob` finds
+    /// `user_id` = `bob`). slidegate matches key and value separately; say where the two differ.
+    fn joined_keys(&mut self, keys: &BTreeMap<String, String>) {
+        let mut found = Vec::new();
+        for (short, short_at) in keys {
+            let prefix = format!("{short}_");
+            for (long, long_at) in keys.range(prefix.clone()..) {
+                if !long.starts_with(&prefix) {
+                    break;
+                }
+                let rest = &long[prefix.len()..];
+                found.push((
+                    long_at.clone(),
+                    format!(
+                        "key `{long}` is key `{short}` (at {short_at}) plus `_{rest}`: \
+                         envoyproxy/ratelimit matches `key_value` joined with `_`, so there a \
+                         request entry `{short}` = `{rest}_...` matches this descriptor; slidegate \
+                         matches key and value separately and does not"
+                    ),
+                ));
+            }
+        }
+        for (at, message) in found {
+            self.warn(&at, message);
+        }
     }
 
     fn duplicate(&mut self, loc: &str, (key, value): &(String, Option<String>), first: &str) {
@@ -143,7 +224,14 @@ impl Compiler {
             share_threshold,
             descriptors,
         } = descriptor;
-        if key.is_empty() {
+        let shadow_mode = shadow_mode.unwrap_or(false);
+        let detailed_metric = detailed_metric.unwrap_or(false);
+        let value_to_metric = value_to_metric.unwrap_or(false);
+        let share_threshold = share_threshold.unwrap_or(false);
+        // A missing key was reported while reading.
+        let key_given = key.is_some();
+        let key = key.unwrap_or_default();
+        if key_given && key.is_empty() {
             self.error(
                 &format!("{loc}.key"),
                 "empty key; every descriptor needs a non-empty `key`",
@@ -151,6 +239,13 @@ impl Compiler {
         }
         // An empty value is no value, as in envoyproxy/ratelimit (`key_` would never match).
         let value = value.filter(|v| !v.is_empty());
+        if value.is_none() && key.ends_with('*') {
+            self.warn(
+                &format!("{loc}.key"),
+                "`*` in a key is a plain character here; envoyproxy/ratelimit reads a key ending \
+                 in `*` without a value as a wildcard over other keys (`key_value` joined)",
+            );
+        }
         let pattern = value.as_deref().and_then(Pattern::new);
         if share_threshold && pattern.is_none() {
             self.error(
@@ -204,7 +299,7 @@ impl Compiler {
     fn rule(
         &mut self,
         rate_limit: Option<RateLimitModel>,
-        rate_limits: Option<Vec<RateLimitModel>>,
+        rate_limits: Option<Vec<Option<RateLimitModel>>>,
         loc: &str,
         path: &str,
         flags: RuleFlags,
@@ -217,7 +312,7 @@ impl Compiler {
                 );
                 return None;
             }
-            (Some(one), None) => (vec![one], format!("{loc}.rate_limit"), false),
+            (Some(one), None) => (vec![Some(one)], format!("{loc}.rate_limit"), false),
             (None, Some(list)) if list.is_empty() => {
                 self.error(
                     &format!("{loc}.rate_limits"),
@@ -227,6 +322,12 @@ impl Compiler {
             }
             (None, Some(list)) => (list, format!("{loc}.rate_limits"), true),
             (None, None) => {
+                let unreadable = ["rate_limit", "rate_limits"]
+                    .iter()
+                    .any(|field| self.unreadable.contains(&format!("{loc}.{field}")));
+                if unreadable {
+                    return None;
+                }
                 if flags.shadow_mode {
                     self.error(
                         &format!("{loc}.shadow_mode"),
@@ -246,13 +347,16 @@ impl Compiler {
         let mut status = RuleStatus::default();
         let mut limits: Vec<(String, Limit)> = Vec::new();
         for (i, model) in models.into_iter().enumerate() {
+            let Some(model) = model else {
+                continue;
+            };
             let at = if several {
                 format!("{base}[{i}]")
             } else {
                 base.clone()
             };
             self.name_and_replaces(&model, &at, &mut status);
-            if model.unlimited {
+            if model.unlimited == Some(true) {
                 self.unlimited(&model, &at, several);
                 status.unlimited = true;
             } else if let Some(mut limit) = self.limit(&model, &at) {
@@ -286,6 +390,7 @@ impl Compiler {
             value_to_metric: flags.value_to_metric,
             replaces: status.replaces,
             source: self.file.clone(),
+            depth: loc.matches("descriptors[").count(),
         });
         let at = status.replaces_at.unwrap_or(base);
         self.rules.push((at, rule.clone()));
@@ -322,13 +427,14 @@ impl Compiler {
                 return;
             }
             for (j, entry) in replaces.iter().enumerate() {
-                if entry.name.is_empty() {
-                    self.error(
+                // A missing name or an entry that is not a map was reported while reading.
+                match entry.as_ref().and_then(|entry| entry.name.as_ref()) {
+                    Some(name) if name.is_empty() => self.error(
                         &format!("{at}.replaces[{j}].name"),
                         "empty name; `replaces` entries must name a rule",
-                    );
-                } else {
-                    status.replaces.push(entry.name.clone());
+                    ),
+                    Some(name) => status.replaces.push(name.clone()),
+                    None => {}
                 }
             }
             status.replaces_at = Some(at.to_owned());
@@ -362,7 +468,7 @@ impl Compiler {
     fn limit(&mut self, model: &RateLimitModel, at: &str) -> Option<Limit> {
         let unit = match model.unit.as_deref() {
             None => {
-                self.error(
+                self.missing(
                     &format!("{at}.unit"),
                     format!("missing `unit` (one of {UNITS}), or set `unlimited: true`"),
                 );
@@ -381,7 +487,7 @@ impl Compiler {
         };
         let requests_per_unit = match model.requests_per_unit {
             None => {
-                self.error(
+                self.missing(
                     &format!("{at}.requests_per_unit"),
                     "missing `requests_per_unit` (use `unlimited: true` for no limit)",
                 );

@@ -14,16 +14,24 @@
 //! What the fast path keeps of tonic's behaviour: messages up to 4 MiB (larger ones are
 //! `OUT_OF_RANGE` before they are read), `grpc-timeout` (`DEADLINE_EXCEEDED` when it passes),
 //! errors as trailers-only responses with a percent-encoded `grpc-message`. Compressed messages
-//! are `UNIMPLEMENTED`: Envoy does not compress rate-limit calls.
+//! are not supported (Envoy does not compress rate-limit calls): a `grpc-encoding` other than
+//! `identity` is `UNIMPLEMENTED` with `grpc-accept-encoding: identity`, and a message flagged
+//! compressed without one is `INTERNAL`, as the gRPC spec has it. A request that is not a `POST`
+//! gets HTTP 405, one whose content-type is not gRPC HTTP 415.
+//!
+//! What one client may hold (see [`super::limits`]): [`MAX_CONCURRENT_CALLS`] calls per
+//! connection, request bytes within [`super::budget`], a message within the body timeout, a
+//! connection without calls for the idle timeout, an answer to a keepalive PING within one
+//! interval, and its share of reply bytes queued ([`MAX_QUEUED_REPLY`] per stream).
 
 use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use futures::FutureExt as _;
 use futures::future::CatchUnwind;
 use futures::stream::{FuturesUnordered, StreamExt as _};
@@ -32,13 +40,16 @@ use h2::{RecvStream, SendStream};
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body as _, Frame};
 use prost::Message;
-use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::{Interval, MissedTickBehavior};
 use tonic::Status;
 use tonic::codegen::Service;
 use tonic::service::Routes;
 
-use crate::service::grpc::{GrpcService, SHOULD_RATE_LIMIT};
+use super::budget::{ConnectionBudget, Held};
+use super::limits::ServerLimits;
+use crate::service::grpc::{GrpcService, RequestBytes, SHOULD_RATE_LIMIT};
 
 /// The largest request message, as tonic's default.
 const MAX_MESSAGE: usize = 4 << 20;
@@ -46,6 +57,15 @@ const MAX_MESSAGE: usize = 4 << 20;
 /// Header names looked up or written on every call, parsed once.
 static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+static GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
+
+/// Request bytes one connection's incomplete messages may hold: one message of the largest size.
+const CONNECTION_BUDGET: usize = MAX_MESSAGE + 5;
+
+/// Reply bytes queued per stream beyond what the client's flow-control window takes: a reply
+/// (a reflection stream's among them) waits for window rather than queueing without bound.
+pub const MAX_QUEUED_REPLY: usize = 64 << 10;
 
 /// A call in progress on a connection.
 type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -63,48 +83,117 @@ impl GrpcApp {
     }
 
     /// Starts one call: `ShouldRateLimit` inline, anything else through tonic's routes.
-    fn call(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) -> Call {
+    fn call(
+        &self,
+        request: http::Request<RecvStream>,
+        mut respond: SendResponse<Bytes>,
+        limits: &CallLimits,
+    ) -> Call {
+        if let Some(refusal) = refuse(&request) {
+            return Box::pin(async move {
+                let _ = refusal.send(&mut respond);
+            });
+        }
         if request.uri().path() == SHOULD_RATE_LIMIT {
             let service = self.rate_limit.clone();
             Box::pin(unary(
                 request,
                 respond,
-                move |message: RateLimitRequest| async move { service.should_rate_limit(message).await },
+                limits.clone(),
+                move |message: RequestBytes| async move { service.should_rate_limit(message).await },
             ))
         } else {
-            Box::pin(bridge(self.others.clone(), request, respond))
+            Box::pin(bridge(
+                self.others.clone(),
+                request,
+                respond,
+                limits.drain_over.clone(),
+            ))
         }
     }
 }
 
-/// Serves one HTTP/2 connection until the client closes it, or until `stop` (then it sends
-/// GOAWAY and finishes the calls in flight).
-pub async fn serve_connection(
-    io: TcpStream,
-    app: GrpcApp,
-    stop: watch::Receiver<bool>,
-) -> Result<(), h2::Error> {
-    serve_calls(io, |request, respond| app.call(request, respond), stop).await
+/// What a worker's gRPC connections share.
+#[derive(Clone)]
+pub struct Serving {
+    pub limits: Arc<ServerLimits>,
+    /// The process-wide budget of buffered request bytes.
+    pub buffered: Arc<Semaphore>,
+    /// Turns true on SIGTERM: connections send GOAWAY and finish their calls.
+    pub stop: watch::Receiver<bool>,
+    /// Turns true when the drain timeout is about to end: calls still open answer UNAVAILABLE.
+    pub drain_over: watch::Receiver<bool>,
+}
+
+/// What each call of a connection gets.
+#[derive(Clone)]
+struct CallLimits {
+    body_timeout: Duration,
+    budget: Arc<ConnectionBudget>,
+    drain_over: watch::Receiver<bool>,
+}
+
+/// The times a connection is held to.
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    handshake: Duration,
+    idle: Duration,
+    keepalive: Duration,
+}
+
+/// Serves one HTTP/2 connection until the client closes it, until it breaks a limit, or until
+/// `stop` (then it sends GOAWAY and finishes the calls in flight).
+pub async fn serve_connection<IO>(io: IO, app: GrpcApp, serving: Serving) -> Result<(), h2::Error>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let limits = CallLimits {
+        body_timeout: serving.limits.body_timeout,
+        budget: Arc::new(ConnectionBudget::new(&serving.buffered, CONNECTION_BUDGET)),
+        drain_over: serving.drain_over,
+    };
+    let timing = Timing {
+        handshake: serving.limits.handshake_timeout,
+        idle: serving.limits.idle_timeout,
+        keepalive: serving.limits.keepalive_interval,
+    };
+    let start = |request, respond| app.call(request, respond, &limits);
+    serve_calls(io, start, serving.stop, timing).await
 }
 
 /// The connection loop of [`serve_connection`], given how to start a call.
-async fn serve_calls(
-    io: TcpStream,
+async fn serve_calls<IO>(
+    io: IO,
     mut start: impl FnMut(http::Request<RecvStream>, SendResponse<Bytes>) -> Call,
     stop: watch::Receiver<bool>,
-) -> Result<(), h2::Error> {
+    timing: Timing,
+) -> Result<(), h2::Error>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
     let mut stop = std::pin::pin!(super::stopped(stop));
-    let handshake = settings().handshake(io);
+    // A client that connects and never sends the preface holds a descriptor and some memory.
+    let handshake = tokio::time::timeout(timing.handshake, settings().handshake(io));
     let mut connection = tokio::select! {
-        connection = handshake => connection?,
+        connection = handshake => match connection {
+            Ok(connection) => connection?,
+            Err(_) => {
+                tracing::debug!("no HTTP/2 preface within the handshake timeout; closed");
+                return Ok(());
+            }
+        },
         () = &mut stop => return Ok(()),
     };
+    let mut keepalive = Keepalive::new(connection.ping_pong(), timing.keepalive);
+    let mut idle = Idle::new(timing.idle);
     // A call that panics (a bug: no input should make one) ends alone, as it did when every call
     // was a task of its own: unwinding drops its stream handles, which resets its stream, and
     // the connection's other calls go on. The state it shares lives behind `parking_lot` locks
     // and atomics, which a panic does not poison.
     let mut calls = FuturesUnordered::<CatchUnwind<AssertUnwindSafe<Call>>>::new();
     let mut stopping = false;
+    let mut closing = false;
+    let mut close_next = false;
     // Each round: take every call the connection has read, then run every call that can go on.
     // Polling the connection also writes what is queued, so the answers of one round leave in
     // one write; polling it between calls would send each answer in a write of its own. Queued
@@ -117,6 +206,7 @@ async fn serve_calls(
         loop {
             match connection.poll_accept(cx) {
                 Poll::Ready(Some(Ok((request, respond)))) => {
+                    idle.started();
                     calls.push(AssertUnwindSafe(start(request, respond)).catch_unwind());
                 }
                 Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(error)),
@@ -129,33 +219,208 @@ async fn serve_calls(
                 tracing::error!("a gRPC call panicked; its stream was reset");
             }
         }
+        // Without calls in flight, a stopping or idle connection closes now: a graceful GOAWAY
+        // would wait for the client to answer a PING, which a client need not do. It closes one
+        // round later, once polling the connection has written the last answers (an abrupt
+        // GOAWAY drops what is still queued).
+        let done = !closing && calls.is_empty() && (stopping || idle.poll_expired(cx));
+        if done && close_next {
+            connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+            closing = true;
+        }
+        close_next = done;
+        if done {
+            cx.waker().wake_by_ref();
+        }
+        if keepalive.poll_unanswered(cx) {
+            tracing::debug!("no answer to a keepalive PING within its interval; closed");
+            return Poll::Ready(Ok(()));
+        }
         Poll::Pending
     })
     .await
 }
 
+/// Server PINGs at an interval; a connection that has not answered one by the next is dead (a
+/// peer gone without a FIN, or one that stopped reading).
+struct Keepalive {
+    ping_pong: Option<h2::PingPong>,
+    tick: Option<Interval>,
+    waiting: bool,
+}
+
+impl Keepalive {
+    fn new(ping_pong: Option<h2::PingPong>, interval: Duration) -> Self {
+        let tick = (!interval.is_zero()).then(|| {
+            let mut tick =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            tick
+        });
+        Keepalive {
+            ping_pong,
+            tick,
+            waiting: false,
+        }
+    }
+
+    /// True when the connection should close.
+    fn poll_unanswered(&mut self, cx: &mut Context<'_>) -> bool {
+        let (Some(ping_pong), Some(tick)) = (self.ping_pong.as_mut(), self.tick.as_mut()) else {
+            return false;
+        };
+        loop {
+            if self.waiting {
+                match ping_pong.poll_pong(cx) {
+                    Poll::Ready(Ok(_)) => self.waiting = false,
+                    Poll::Ready(Err(_)) => return true,
+                    Poll::Pending => {}
+                }
+            }
+            if tick.poll_tick(cx).is_pending() {
+                return false;
+            }
+            if self.waiting || ping_pong.send_ping(h2::Ping::opaque()).is_err() {
+                return true;
+            }
+            self.waiting = true;
+        }
+    }
+}
+
+/// The idle timeout, checked at a quarter of its length: a connection that started no call and
+/// had none in flight for four checks in a row is idle.
+struct Idle {
+    tick: Option<Interval>,
+    started: bool,
+    quiet: u8,
+}
+
+impl Idle {
+    fn new(timeout: Duration) -> Self {
+        let tick = (!timeout.is_zero()).then(|| {
+            let quarter = timeout / 4;
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + quarter, quarter);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            tick
+        });
+        Idle {
+            tick,
+            started: false,
+            quiet: 0,
+        }
+    }
+
+    fn started(&mut self) {
+        self.started = true;
+    }
+
+    /// Called only while no call is in flight: whether the connection has been idle long enough.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(tick) = self.tick.as_mut() else {
+            return false;
+        };
+        while tick.poll_tick(cx).is_ready() {
+            if std::mem::take(&mut self.started) {
+                self.quiet = 0;
+            } else {
+                self.quiet = self.quiet.saturating_add(1);
+            }
+        }
+        self.quiet >= 4
+    }
+}
+
 /// Concurrent calls one connection may have open. Each open call holds a little memory until its
 /// body arrives, so without a bound one client could hold any number of half-sent calls. A
-/// client at the bound waits or opens another connection (Envoy's pool does the latter); 1024
-/// calls in flight on one connection is far beyond what a millisecond of latency needs.
-pub const MAX_CONCURRENT_CALLS: u32 = 1024;
+/// client at the bound waits or opens another connection (Envoy's pool does the latter). 100 is
+/// what RFC 9113 recommends as the least a server should allow, and what gRPC servers and
+/// Envoy's own listeners offer; Envoy itself keeps a handful of calls open per connection to a
+/// rate-limit service.
+pub const MAX_CONCURRENT_CALLS: u32 = 100;
 
-/// HTTP/2 settings: 1 MiB flow-control windows and a 16 KiB limit on a request's headers (as
-/// hyper's server had them), and [`MAX_CONCURRENT_CALLS`].
+/// HTTP/2 settings: 64 KiB flow-control windows per stream and 128 KiB per connection (a
+/// `ShouldRateLimit` call is a few hundred bytes; what a client may send unasked is what an idle
+/// attacker's connection can make the server hold), a 16 KiB limit on a request's headers,
+/// [`MAX_CONCURRENT_CALLS`] and [`MAX_QUEUED_REPLY`].
 fn settings() -> h2::server::Builder {
     let mut builder = h2::server::Builder::new();
     builder
-        .initial_window_size(1 << 20)
-        .initial_connection_window_size(1 << 20)
+        .initial_window_size(64 << 10)
+        .initial_connection_window_size(128 << 10)
         .max_header_list_size(16 << 10)
-        .max_concurrent_streams(MAX_CONCURRENT_CALLS);
+        .max_concurrent_streams(MAX_CONCURRENT_CALLS)
+        .max_send_buffer_size(MAX_QUEUED_REPLY);
     builder
 }
 
+/// Why a request is answered before any service sees it.
+enum Refusal {
+    /// Not gRPC at all: an HTTP status.
+    Http(http::StatusCode),
+    /// gRPC, but not what slidegate speaks: a status, perhaps with `grpc-accept-encoding`.
+    Grpc(Status, bool),
+}
+
+impl Refusal {
+    fn send(self, respond: &mut SendResponse<Bytes>) -> Result<(), h2::Error> {
+        match self {
+            Refusal::Http(code) => {
+                let mut head = http::Response::new(());
+                *head.status_mut() = code;
+                if code == http::StatusCode::METHOD_NOT_ALLOWED {
+                    head.headers_mut()
+                        .insert(http::header::ALLOW, HeaderValue::from_static("POST"));
+                }
+                respond.send_response(head, true).map(drop)
+            }
+            Refusal::Grpc(status, accept_encoding) => {
+                send_status_with(respond, &status, accept_encoding)
+            }
+        }
+    }
+}
+
+/// The gRPC spec's checks of a request's method, content-type and encoding.
+fn refuse(request: &http::Request<RecvStream>) -> Option<Refusal> {
+    if request.method() != http::Method::POST {
+        return Some(Refusal::Http(http::StatusCode::METHOD_NOT_ALLOWED));
+    }
+    let content_type = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Some(subtype) = content_type.strip_prefix("application/grpc") else {
+        return Some(Refusal::Http(http::StatusCode::UNSUPPORTED_MEDIA_TYPE));
+    };
+    let subtype = subtype.split(';').next().unwrap_or("");
+    if !matches!(subtype, "" | "+proto") {
+        return Some(Refusal::Grpc(
+            Status::unimplemented(format!(
+                "content-type {content_type} is not supported; send application/grpc (protobuf)"
+            )),
+            false,
+        ));
+    }
+    match request.headers().get(&GRPC_ENCODING) {
+        Some(encoding) if encoding.as_bytes() != b"identity" => Some(Refusal::Grpc(
+            Status::unimplemented(format!(
+                "grpc-encoding {} is not supported; send identity",
+                String::from_utf8_lossy(encoding.as_bytes())
+            )),
+            true,
+        )),
+        _ => None,
+    }
+}
+
 /// A unary call served inline: read one message, run `handler`, answer its message or status.
+/// A call still open when the drain ends answers UNAVAILABLE.
 async fn unary<Req, Resp, F, Fut>(
     request: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
+    limits: CallLimits,
     handler: F,
 ) where
     Req: Message + Default,
@@ -165,14 +430,30 @@ async fn unary<Req, Resp, F, Fut>(
 {
     let timeout = grpc_timeout(request.headers());
     let outcome = async {
-        let message = read_message::<Req>(request.into_body()).await?;
+        let body = read_message::<Req>(request.into_body(), &limits.budget);
+        let message = tokio::time::timeout(limits.body_timeout, body)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(
+                    "the request's message did not arrive within the body timeout",
+                ))
+            })?;
         handler(message).await
     };
-    let outcome = match timeout {
-        None => outcome.await,
-        Some(timeout) => tokio::time::timeout(timeout, outcome)
-            .await
-            .unwrap_or_else(|_| Err(Status::deadline_exceeded("the call's grpc-timeout passed"))),
+    let outcome = async {
+        match timeout {
+            None => outcome.await,
+            Some(timeout) => tokio::time::timeout(timeout, outcome)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Status::deadline_exceeded("the call's grpc-timeout passed"))
+                }),
+        }
+    };
+    let outcome = tokio::select! {
+        biased;
+        outcome = outcome => outcome,
+        () = super::stopped(limits.drain_over) => Err(shutting_down()),
     };
     // An error here means the client reset the stream or left: nobody is waiting any more.
     let _ = match outcome {
@@ -181,19 +462,44 @@ async fn unary<Req, Resp, F, Fut>(
     };
 }
 
+fn shutting_down() -> Status {
+    Status::unavailable("the server is shutting down")
+}
+
 /// Reads a request body that holds exactly one gRPC message and decodes it.
-async fn read_message<M: Message + Default>(mut body: RecvStream) -> Result<M, Status> {
+///
+/// Flow-control window goes back to the client only for a message still incomplete, and only
+/// once the bytes held fit the connection's and the process's budgets ([`super::budget`]); a
+/// complete message's window goes back once it is decoded.
+async fn read_message<M: Message + Default>(
+    mut body: RecvStream,
+    budget: &ConnectionBudget,
+) -> Result<M, Status> {
     let mut received = Received::default();
+    let mut held = Held::default();
+    let mut unreleased = 0;
     while let Some(chunk) = body.data().await {
         let chunk = chunk.map_err(|error| Status::cancelled(error.to_string()))?;
-        let _ = body.flow_control().release_capacity(chunk.len());
+        unreleased += chunk.len();
         received.push(chunk);
-        if let Some(length) = message_length(received.bytes())?
-            && received.bytes().len() > 5 + length
-        {
-            return Err(Status::invalid_argument("a unary call takes one message"));
+        let complete = match message_length(received.bytes())? {
+            Some(length) if received.bytes().len() > 5 + length => {
+                return Err(Status::invalid_argument("a unary call takes one message"));
+            }
+            Some(length) => received.bytes().len() == 5 + length,
+            None => false,
+        };
+        if !complete {
+            if !budget.reserve(&mut held, unreleased).await {
+                return Err(Status::resource_exhausted(
+                    "the request's message does not fit the connection's buffer budget",
+                ));
+            }
+            let _ = body.flow_control().release_capacity(unreleased);
+            unreleased = 0;
         }
     }
+    let _ = body.flow_control().release_capacity(unreleased);
     let bytes = received.bytes();
     let Some(length) = message_length(bytes)? else {
         return Err(Status::invalid_argument("the request has no message"));
@@ -240,8 +546,9 @@ fn message_length(bytes: &[u8]) -> Result<Option<usize>, Status> {
         return Ok(None);
     };
     if compressed != 0 {
-        return Err(Status::unimplemented(
-            "compressed messages are not supported; send grpc-encoding identity",
+        // The call's grpc-encoding is identity (others are refused before the body is read).
+        return Err(Status::internal(
+            "the message is flagged compressed but the call has no grpc-encoding",
         ));
     }
     let length = u32::from_be_bytes([a, b, c, d]) as usize;
@@ -309,19 +616,56 @@ pub fn encode_frame(message: &impl Message, buf: &mut BytesMut) -> Bytes {
 
 /// Answers an error as a trailers-only response.
 fn send_status(respond: &mut SendResponse<Bytes>, status: &Status) -> Result<(), h2::Error> {
+    send_status_with(respond, status, false)
+}
+
+/// [`send_status`], with `grpc-accept-encoding: identity` when `accept_encoding`.
+fn send_status_with(
+    respond: &mut SendResponse<Bytes>,
+    status: &Status,
+    accept_encoding: bool,
+) -> Result<(), h2::Error> {
     let mut head = response_head();
     if status.add_header(head.headers_mut()).is_err() {
         // Only a status with binary details can fail to encode; ours have none.
         let _ = Status::internal("").add_header(head.headers_mut());
     }
+    if accept_encoding {
+        head.headers_mut()
+            .insert(&GRPC_ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
     respond.send_response(head, true).map(drop)
 }
 
-/// Any other method: hand the stream to tonic's routes and copy their answer back.
+/// Any other method: hand the stream to tonic's routes and copy their answer back. A stream still
+/// open when the drain ends gets `UNAVAILABLE` (in trailers, if its answer had begun).
 async fn bridge(
-    mut routes: Routes,
+    routes: Routes,
     request: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
+    drain_over: watch::Receiver<bool>,
+) {
+    let mut stream = None;
+    let drained = {
+        let work = bridge_answer(routes, request, &mut respond, &mut stream);
+        tokio::select! {
+            () = work => false,
+            () = super::stopped(drain_over) => true,
+        }
+    };
+    if drained {
+        let _ = match stream.as_mut() {
+            Some(stream) => stream.send_trailers(status_trailers(&shutting_down())),
+            None => send_status(&mut respond, &shutting_down()),
+        };
+    }
+}
+
+async fn bridge_answer(
+    mut routes: Routes,
+    request: http::Request<RecvStream>,
+    respond: &mut SendResponse<Bytes>,
+    stream: &mut Option<SendStream<Bytes>>,
 ) {
     let request = request.map(|body| tonic::body::Body::new(Incoming::new(body)));
     let ready =
@@ -330,12 +674,19 @@ async fn bridge(
     let Ok(response) = routes.call(request).await;
     let (head, body) = response.into_parts();
     let end = body.is_end_stream();
-    let Ok(mut stream) = respond.send_response(http::Response::from_parts(head, ()), end) else {
+    let Ok(sending) = respond.send_response(http::Response::from_parts(head, ()), end) else {
         return;
     };
+    let sending = stream.insert(sending);
     if !end {
-        let _ = copy_body(body, &mut stream).await;
+        let _ = copy_body(body, sending).await;
     }
+}
+
+fn status_trailers(status: &Status) -> HeaderMap {
+    let mut trailers = HeaderMap::with_capacity(2);
+    let _ = status.add_header(&mut trailers);
+    trailers
 }
 
 /// Copies a response body (a health `Watch` stream among them) until it ends or the client
@@ -358,7 +709,11 @@ async fn copy_body(
             }
         };
         match frame.into_data() {
-            Ok(data) => stream.send_data(data, false)?,
+            Ok(data) => {
+                if !send_within_window(stream, data).await? {
+                    return Ok(());
+                }
+            }
             Err(frame) => {
                 if let Ok(trailers) = frame.into_trailers() {
                     return stream.send_trailers(trailers);
@@ -366,6 +721,33 @@ async fn copy_body(
             }
         }
     }
+}
+
+/// Sends `data` as the client's flow-control window allows: h2 queues only what the window (and
+/// [`MAX_QUEUED_REPLY`]) grants, and the body is not read further until this returns. `false`
+/// when the client reset the stream meanwhile.
+async fn send_within_window(
+    stream: &mut SendStream<Bytes>,
+    mut data: Bytes,
+) -> Result<bool, h2::Error> {
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        let granted = poll_fn(|cx| {
+            if stream.poll_reset(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            stream.poll_capacity(cx)
+        })
+        .await;
+        let granted = match granted {
+            Some(granted) => granted?,
+            None => return Ok(false),
+        };
+        if granted > 0 {
+            stream.send_data(data.split_to(granted.min(data.len())), false)?;
+        }
+    }
+    Ok(true)
 }
 
 /// A request body as an `http_body::Body`, for tonic's routes.
@@ -414,7 +796,25 @@ impl http_body::Body for Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+    use tokio::net::TcpStream;
+
+    fn call_limits(drain_over: watch::Receiver<bool>) -> CallLimits {
+        CallLimits {
+            body_timeout: Duration::from_secs(10),
+            budget: Arc::new(ConnectionBudget::new(
+                &Arc::new(Semaphore::new(1 << 20)),
+                1 << 20,
+            )),
+            drain_over,
+        }
+    }
+
+    const TIMING: Timing = Timing {
+        handshake: Duration::from_secs(10),
+        idle: Duration::from_secs(60),
+        keepalive: Duration::from_secs(30),
+    };
 
     fn timeout(value: &'static str) -> Option<Duration> {
         let mut headers = HeaderMap::new();
@@ -456,6 +856,7 @@ mod tests {
             .expect("bind");
         let addr = listener.local_addr().expect("local address");
         let (_stop, stop) = watch::channel(false);
+        let limits = call_limits(stop.clone());
         let server = tokio::spawn(async move {
             let (io, _) = listener.accept().await.expect("accept");
             let start = |request: http::Request<RecvStream>, respond| -> Call {
@@ -463,6 +864,7 @@ mod tests {
                 Box::pin(unary(
                     request,
                     respond,
+                    limits.clone(),
                     move |_: RateLimitRequest| async move {
                         if panics {
                             panic!("a bug in a call");
@@ -471,7 +873,7 @@ mod tests {
                     },
                 ))
             };
-            serve_calls(io, start, stop).await
+            serve_calls(io, start, stop, TIMING).await
         });
         let io = TcpStream::connect(addr).await.expect("connect");
         let (client, connection) = h2::client::handshake(io).await.expect("handshake");
@@ -505,7 +907,7 @@ mod tests {
         assert_eq!(message_length(&[0, 0, 0]).ok(), Some(None));
         assert_eq!(message_length(&[0, 0, 0, 1, 0]).ok(), Some(Some(256)));
         let compressed = message_length(&[1, 0, 0, 0, 1]).err().map(|s| s.code());
-        assert_eq!(compressed, Some(tonic::Code::Unimplemented));
+        assert_eq!(compressed, Some(tonic::Code::Internal));
         let huge = message_length(&[0, 0x7f, 0, 0, 0]).err().map(|s| s.code());
         assert_eq!(huge, Some(tonic::Code::OutOfRange));
     }

@@ -15,18 +15,31 @@
 //! next worker in turn. Round robin rather than `SO_REUSEPORT`: Envoy opens few, long-lived
 //! connections (one per Envoy worker), and a kernel hash over so few would often put two on one
 //! thread. A connection stays on its worker for its whole life.
+//!
+//! The acceptors admit a connection only under the connection caps ([`limits`]); each worker
+//! holds its connections to the timeouts there, and reads them through [`flood::Metered`].
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
+pub mod budget;
+pub mod flood;
 pub mod grpc;
+mod http;
+pub mod limits;
+mod throttle;
 
-use grpc::GrpcApp;
+use crate::metrics::Metrics;
+use flood::Metered;
+use grpc::{GrpcApp, Serving};
+use limits::{Admission, ServerLimits, Ticket};
+use throttle::Throttle;
 
 /// What every worker serves: the gRPC services and the HTTP app. Cloned once per worker.
 #[derive(Clone)]
@@ -35,8 +48,8 @@ pub struct Apps {
     pub http: axum::Router,
 }
 
-/// A connection on its way from an acceptor to a worker.
-type Handoff = mpsc::UnboundedSender<std::net::TcpStream>;
+/// A connection on its way from an acceptor to a worker, with its place under the caps.
+type Handoff = (std::net::TcpStream, Ticket);
 
 /// The running workers.
 pub struct Workers {
@@ -46,15 +59,21 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` worker threads serving `apps`, and the two acceptors (on the current
-    /// runtime). Everything stops accepting when `stop` turns true, then drains.
+    /// Starts `count` worker threads serving `apps` within `limits`, and the two acceptors (on
+    /// the current runtime). Everything stops accepting when `stop` turns true, then drains.
     pub fn start(
         count: usize,
-        grpc: TcpListener,
-        http: TcpListener,
+        (grpc, http): (TcpListener, TcpListener),
         apps: Apps,
+        limits: ServerLimits,
+        metrics: Arc<Metrics>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<Workers> {
+        let admission = Admission::new(&limits, metrics);
+        let limits = Arc::new(limits);
+        let buffered = Arc::new(Semaphore::new(
+            limits.max_buffered_bytes.min(Semaphore::MAX_PERMITS),
+        ));
         let (exit_tx, exited) = mpsc::unbounded_channel();
         let mut grpc_handoffs = Vec::with_capacity(count);
         let mut http_handoffs = Vec::with_capacity(count);
@@ -68,6 +87,8 @@ impl Workers {
                 apps: apps.clone(),
                 grpc: grpc_rx,
                 http: http_rx,
+                limits: Arc::clone(&limits),
+                buffered: Arc::clone(&buffered),
                 stop: stop.clone(),
             };
             let exit_tx = exit_tx.clone();
@@ -78,8 +99,18 @@ impl Workers {
                     let _ = exit_tx.send((name, outcome));
                 })?;
         }
-        tokio::spawn(accept(grpc, grpc_handoffs, stop.clone()));
-        tokio::spawn(accept(http, http_handoffs, stop));
+        let grpc_acceptor = Acceptor {
+            listener: grpc,
+            name: "grpc",
+            admission: Arc::clone(&admission),
+        };
+        let http_acceptor = Acceptor {
+            listener: http,
+            name: "http",
+            admission,
+        };
+        tokio::spawn(grpc_acceptor.run(grpc_handoffs, stop.clone()));
+        tokio::spawn(http_acceptor.run(http_handoffs, stop));
         Ok(Workers { exited, count })
     }
 
@@ -111,43 +142,95 @@ impl Workers {
     }
 }
 
-/// Accepts connections and deals them out to the workers in turn, until `stop`. Dropping the
-/// listener on stop closes the port at once, so new clients are refused rather than left hanging.
-async fn accept(listener: TcpListener, workers: Vec<Handoff>, mut stop: watch::Receiver<bool>) {
-    let mut next = 0;
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => return,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted.and_then(prepare) {
-            Ok(stream) => stream,
-            Err(error) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(%error, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+/// One listener and the caps its connections are admitted under.
+struct Acceptor {
+    listener: TcpListener,
+    /// `grpc` or `http`, for the metric of refusals.
+    name: &'static str,
+    admission: Arc<Admission>,
+}
+
+impl Acceptor {
+    /// Accepts connections and deals them out to the workers in turn, until `stop`. A
+    /// connection over a cap is closed at once (and counted). Dropping the listener on stop
+    /// closes the port at once, so new clients are refused rather than left hanging.
+    async fn run(
+        self,
+        workers: Vec<mpsc::UnboundedSender<Handoff>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        static REFUSED: Throttle = Throttle::new();
+        let mut next = 0;
+        loop {
+            let accepted = tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => return,
+                accepted = self.listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let ticket = match self.admission.admit(peer.ip(), self.name) {
+                Ok(ticket) => ticket,
+                Err(refusal) => {
+                    if let Some(left_out) = REFUSED.admit() {
+                        tracing::warn!(listener = self.name, %peer, reason = refusal.as_str(), refused_before = left_out, "connection refused: a connection cap is reached");
+                    }
+                    continue;
+                }
+            };
+            let stream = match prepare(stream) {
+                Ok(stream) => stream,
+                Err(error) => {
+                    tracing::debug!(%error, "cannot prepare a connection");
+                    continue;
+                }
+            };
+            if workers[next % workers.len()]
+                .send((stream, ticket))
+                .is_err()
+            {
+                return; // The worker is gone: the process is stopping.
             }
-        };
-        if workers[next % workers.len()].send(stream).is_err() {
-            return; // The worker is gone: the process is stopping.
+            next = next.wrapping_add(1);
         }
-        next = next.wrapping_add(1);
     }
 }
 
 /// Detaches an accepted stream from this runtime so that a worker's runtime can own it.
-fn prepare((stream, _peer): (TcpStream, SocketAddr)) -> io::Result<std::net::TcpStream> {
+fn prepare(stream: TcpStream) -> io::Result<std::net::TcpStream> {
     // Envoy waits on every call: do not let Nagle hold small responses back.
     stream.set_nodelay(true)?;
     stream.into_std()
 }
 
+/// A connection handed over by an acceptor, on this worker's runtime; a connection the client
+/// reset meanwhile is only counted (one aggregated warning per interval, see [`throttle`]).
+fn take_over(stream: std::net::TcpStream) -> Option<(TcpStream, SocketAddr)> {
+    static LOST: Throttle = Throttle::new();
+    match TcpStream::from_std(stream).and_then(|s| Ok((s.peer_addr()?, s))) {
+        Ok((peer, stream)) => Some((stream, peer)),
+        Err(error) => {
+            if let Some(left_out) = LOST.admit() {
+                tracing::warn!(%error, lost_before = left_out, "cannot take over a connection (reset by its client?)");
+            }
+            None
+        }
+    }
+}
+
 /// One worker thread's share of the connections.
 struct Worker {
     apps: Apps,
-    grpc: mpsc::UnboundedReceiver<std::net::TcpStream>,
-    http: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    grpc: mpsc::UnboundedReceiver<Handoff>,
+    http: mpsc::UnboundedReceiver<Handoff>,
+    limits: Arc<ServerLimits>,
+    buffered: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
 }
 
@@ -165,37 +248,62 @@ impl Worker {
     }
 
     async fn serve(self) -> String {
-        let grpc = serve_grpc(self.grpc, self.apps.grpc, self.stop.clone());
-        let http = axum::serve(Handoffs(self.http), self.apps.http)
-            .with_graceful_shutdown(stopped(self.stop));
-        let ((), http) = tokio::join!(grpc, http);
-        format!("gRPC: stopped, HTTP: {}", outcome(http))
+        let (drain_tx, drain_over) = watch::channel(false);
+        // Calls still open shortly before the drain timeout get an answer (UNAVAILABLE, or a
+        // 503 from the HTTP port's connection closing) instead of a dropped connection.
+        let deadline = self.limits.drain_timeout.saturating_sub(DRAIN_MARGIN);
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            stopped(stop).await;
+            tokio::time::sleep(deadline).await;
+            let _ = drain_tx.send(true);
+        });
+        let serving = Serving {
+            limits: Arc::clone(&self.limits),
+            buffered: self.buffered,
+            stop: self.stop.clone(),
+            drain_over: drain_over.clone(),
+        };
+        let grpc = serve_grpc(self.grpc, self.apps.grpc, serving);
+        let http = http::serve(
+            self.http,
+            self.apps.http,
+            &self.limits,
+            self.stop,
+            drain_over,
+        );
+        let ((), ()) = tokio::join!(grpc, http);
+        "stopped".to_string()
     }
 }
+
+/// What a worker keeps of the drain timeout to answer the calls still open and close.
+const DRAIN_MARGIN: Duration = Duration::from_millis(250);
 
 /// Serves the gRPC connections handed to this worker, each as a task of its own, until `stop`;
 /// then waits for them to finish their calls.
 async fn serve_grpc(
-    mut handoffs: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    mut handoffs: mpsc::UnboundedReceiver<Handoff>,
     app: GrpcApp,
-    stop: watch::Receiver<bool>,
+    serving: Serving,
 ) {
     let mut connections = JoinSet::new();
-    let mut stopping = std::pin::pin!(stopped(stop.clone()));
+    let mut stopping = std::pin::pin!(stopped(serving.stop.clone()));
     let mut open = true;
     loop {
         tokio::select! {
             () = &mut stopping => break,
-            handoff = handoffs.recv(), if open => match handoff.map(TcpStream::from_std) {
-                Some(Ok(io)) => {
-                    let served = grpc::serve_connection(io, app.clone(), stop.clone());
+            handoff = handoffs.recv(), if open => match handoff {
+                Some((stream, ticket)) => {
+                    let Some((io, _peer)) = take_over(stream) else { continue };
+                    let served = grpc::serve_connection(Metered::new(io), app.clone(), serving.clone());
                     connections.spawn(async move {
                         if let Err(error) = served.await {
                             tracing::debug!(%error, "gRPC connection ended");
                         }
+                        drop(ticket);
                     });
                 }
-                Some(Err(error)) => tracing::warn!(%error, "cannot take over a connection"),
                 // The acceptor stopped: only the shutdown signal ends this server now.
                 None => open = false,
             },
@@ -205,42 +313,7 @@ async fn serve_grpc(
     while connections.join_next().await.is_some() {}
 }
 
-fn outcome<E: std::fmt::Display>(result: Result<(), E>) -> String {
-    match result {
-        Ok(()) => "stopped".to_string(),
-        Err(error) => format!("failed: {error}"),
-    }
-}
-
 /// Resolves once `stop` turns true (or its sender is gone).
 pub async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
-}
-
-/// The connections an acceptor hands to one worker, as an axum listener.
-struct Handoffs(mpsc::UnboundedReceiver<std::net::TcpStream>);
-
-impl axum::serve::Listener for Handoffs {
-    type Io = TcpStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
-        loop {
-            let Some(stream) = self.0.recv().await else {
-                // The acceptor stopped: only the shutdown signal ends this server now.
-                return std::future::pending().await;
-            };
-            match TcpStream::from_std(stream).and_then(|s| Ok((s.peer_addr()?, s))) {
-                Ok((peer, stream)) => return (stream, peer),
-                Err(error) => tracing::warn!(%error, "cannot take over a connection"),
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        // Not known here (the acceptor owns the socket) and not used by axum::serve.
-        Err(io::Error::other(
-            "connections are handed over by an acceptor",
-        ))
-    }
 }

@@ -13,10 +13,17 @@
 //! A descriptor is a list of `key=value` entries separated by `,` or `&`, in order (the first entry
 //! is the top level of the rule tree): `x-ratelimit-descriptor: user_id=alice,path=%2Flogin`. Keys
 //! and values are percent-decoded (`%2C` is a literal comma, `%3D` a literal `=`, `%25` a `%`; `+`
-//! stays `+`); whitespace around entries is ignored; an entry without `=` or with invalid percent
-//! encoding (`%zz`, `%4`, bytes that are not UTF-8) is a 400. Send each descriptor as its own
-//! header line: a proxy that folds repeated headers into one comma-separated line would merge
-//! them into one descriptor.
+//! stays `+`); whitespace around entries is ignored. Header bytes and decoded bytes are UTF-8
+//! (`josé` raw or as `jos%C3%A9`); bytes that are not UTF-8 (`/x%FF`) are taken with U+FFFD in
+//! their place, so such values still count (they may share a counter, which is only stricter).
+//! An entry without `=` or with invalid percent-encoding (`%zz`, `%4`) is a 400: only a proxy
+//! that passes text unescaped sends one. Send each descriptor as its own header line: a proxy
+//! that folds repeated headers into one comma-separated line would merge them into one
+//! descriptor.
+//!
+//! `x-ratelimit-domain`, `x-ratelimit-hits` and `x-ratelimit-deny-status` are read once: when a
+//! request repeats one, the first is used. None of these headers may come from the client: a
+//! proxy must set them itself and drop the client's (see the README on forward-auth proxies).
 //!
 //! Responses:
 //!
@@ -59,6 +66,7 @@ use axum::http::HeaderMap;
 use percent_encoding::percent_decode_str;
 
 use super::{OwnedDescriptor, OwnedRequest};
+use crate::limiter::RequestLimits;
 
 pub const DOMAIN_HEADER: &str = "x-ratelimit-domain";
 pub const DESCRIPTOR_HEADER: &str = "x-ratelimit-descriptor";
@@ -83,25 +91,37 @@ pub struct CheckRequest {
     pub deny_status: DenyStatus,
 }
 
-/// Decodes the headers; the error is a message for the client (400).
-pub fn parse(headers: &HeaderMap, default_domain: Option<&str>) -> Result<CheckRequest, String> {
+/// Decodes the headers within `limits` (descriptors and entries are counted before they are
+/// decoded); the error is a message for the client (400).
+pub fn parse(
+    headers: &HeaderMap,
+    default_domain: Option<&str>,
+    limits: &RequestLimits,
+) -> Result<CheckRequest, String> {
     let domain = match headers.get(DOMAIN_HEADER) {
-        Some(value) => text(value, DOMAIN_HEADER)?.trim().to_string(),
+        Some(value) => text(value).trim().to_string(),
         None => default_domain
             .ok_or_else(|| {
                 format!("no domain: send the {DOMAIN_HEADER} header (or start the server with --check-domain)")
             })?
             .to_string(),
     };
+    let values = headers.get_all(DESCRIPTOR_HEADER);
+    limits
+        .check_descriptors(values.iter().count())
+        .map_err(|e| e.to_string())?;
     let mut descriptors = Vec::new();
-    for (i, value) in headers.get_all(DESCRIPTOR_HEADER).iter().enumerate() {
-        let value = text(value, DESCRIPTOR_HEADER)?;
+    for (i, value) in values.iter().enumerate() {
+        let entries = value.as_bytes().split(|b| matches!(b, b',' | b'&'));
+        let pieces = entries.filter(|p| !p.trim_ascii().is_empty()).count();
+        limits.check_entries(i, pieces).map_err(|e| e.to_string())?;
+        let value = text(value);
         descriptors
-            .push(descriptor(value).map_err(|e| format!("{DESCRIPTOR_HEADER} #{}: {e}", i + 1))?);
+            .push(descriptor(&value).map_err(|e| format!("{DESCRIPTOR_HEADER} #{}: {e}", i + 1))?);
     }
     let hits_addend = match headers.get(HITS_HEADER) {
         None => 1,
-        Some(value) => text(value, HITS_HEADER)?
+        Some(value) => text(value)
             .trim()
             .parse::<u64>()
             .map_err(|_| format!("{HITS_HEADER} must be a non-negative integer"))?,
@@ -113,7 +133,7 @@ pub fn parse(headers: &HeaderMap, default_domain: Option<&str>) -> Result<CheckR
     }
     let deny_status = match headers.get(DENY_STATUS_HEADER) {
         None => DenyStatus::TooManyRequests,
-        Some(value) => match text(value, DENY_STATUS_HEADER)?.trim() {
+        Some(value) => match text(value).trim() {
             "429" => DenyStatus::TooManyRequests,
             "403" => DenyStatus::Forbidden,
             other => {
@@ -133,10 +153,9 @@ pub fn parse(headers: &HeaderMap, default_domain: Option<&str>) -> Result<CheckR
     })
 }
 
-fn text<'h>(value: &'h axum::http::HeaderValue, name: &str) -> Result<&'h str, String> {
-    value
-        .to_str()
-        .map_err(|_| format!("{name} must be visible ASCII (percent-encode other bytes)"))
+/// A header's text: UTF-8, with U+FFFD for bytes that are not.
+fn text(value: &axum::http::HeaderValue) -> Cow<'_, str> {
+    String::from_utf8_lossy(value.as_bytes())
 }
 
 /// One descriptor header: `k1=v1,k2=v2` or `k1=v1&k2=v2`.
@@ -158,8 +177,8 @@ fn descriptor(value: &str) -> Result<OwnedDescriptor, String> {
     })
 }
 
-/// Strict percent-decoding: every `%` must start a two-digit hex escape, and the result must be
-/// UTF-8.
+/// Strict percent-decoding: every `%` must start a two-digit hex escape. Decoded bytes that are
+/// not UTF-8 become U+FFFD.
 fn decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     for (i, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'%') {
@@ -168,10 +187,7 @@ fn decode(text: &str) -> Result<String, String> {
             return Err(format!("invalid percent-encoding in {text:?}"));
         }
     }
-    percent_decode_str(text)
-        .decode_utf8()
-        .map(Cow::into_owned)
-        .map_err(|_| format!("{text:?} does not decode to UTF-8"))
+    Ok(percent_decode_str(text).decode_utf8_lossy().into_owned())
 }
 
 #[cfg(test)]
@@ -192,6 +208,29 @@ mod tests {
         map
     }
 
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            max_descriptors: 4,
+            max_entries: 3,
+            ..RequestLimits::default()
+        }
+    }
+
+    #[test]
+    fn counts_before_decoding() {
+        let descriptor = (DESCRIPTOR_HEADER, "k=v");
+        let h = headers(&[
+            (DOMAIN_HEADER, "d"),
+            descriptor,
+            descriptor,
+            descriptor,
+            descriptor,
+            descriptor,
+        ]);
+        let refused = parse(&h, None, &limits()).map(|c| c.request);
+        assert!(refused.is_err_and(|e| e.contains("too many descriptors: 5")));
+    }
+
     #[test]
     fn decodes_descriptors_in_order() {
         let h = headers(&[
@@ -201,7 +240,7 @@ mod tests {
             (HITS_HEADER, "0"),
             (DENY_STATUS_HEADER, "403"),
         ]);
-        let parsed = parse(&h, None).unwrap_or_else(|e| panic!("{e}"));
+        let parsed = parse(&h, None, &limits()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(parsed.deny_status, DenyStatus::Forbidden);
         let r = parsed.request;
         assert_eq!(r.domain, "edge");
@@ -223,23 +262,51 @@ mod tests {
     }
 
     #[test]
+    fn takes_utf8_and_marks_other_bytes() {
+        let mut h = headers(&[(DOMAIN_HEADER, "edge")]);
+        for raw in [
+            &b"user_id=jos\xc3\xa9"[..],
+            b"path=/caf%C3%A9",
+            b"path=/x%FF",
+            b"path=/y\xff",
+        ] {
+            match HeaderValue::from_bytes(raw) {
+                Ok(v) => h.append(DESCRIPTOR_HEADER, v),
+                Err(e) => panic!("{e}"),
+            };
+        }
+        let r = parse(&h, None, &limits())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .request;
+        let values: Vec<&str> = r
+            .descriptors
+            .iter()
+            .map(|d| d.entries[0].1.as_str())
+            .collect();
+        assert_eq!(
+            values,
+            ["jos\u{e9}", "/caf\u{e9}", "/x\u{fffd}", "/y\u{fffd}"]
+        );
+    }
+
+    #[test]
     fn default_domain_and_errors() {
         let h = headers(&[(DESCRIPTOR_HEADER, "k=v")]);
         assert_eq!(
-            parse(&h, Some("dflt")).map(|c| c.request.domain),
+            parse(&h, Some("dflt"), &limits()).map(|c| c.request.domain),
             Ok("dflt".into())
         );
-        assert!(parse(&h, None).is_err_and(|e| e.contains("no domain")));
+        assert!(parse(&h, None, &limits()).is_err_and(|e| e.contains("no domain")));
         for (name, value, expected) in [
             (DESCRIPTOR_HEADER, "k=%zz", "invalid percent-encoding"),
             (DESCRIPTOR_HEADER, "k=%4", "invalid percent-encoding"),
-            (DESCRIPTOR_HEADER, "k=%ff", "UTF-8"),
             (DESCRIPTOR_HEADER, "novalue", "not key=value"),
             (HITS_HEADER, "-1", "non-negative integer"),
             (DENY_STATUS_HEADER, "500", "must be 429 or 403"),
+            (DESCRIPTOR_HEADER, "a=1,b=2,c=3&d=4", "too many entries: 4"),
         ] {
             let h = headers(&[(DOMAIN_HEADER, "d"), (name, value)]);
-            match parse(&h, None) {
+            match parse(&h, None, &limits()) {
                 Err(message) => {
                     assert!(message.contains(expected), "{message:?} lacks {expected:?}")
                 }

@@ -17,9 +17,17 @@
 //!
 //! A malformed request is `INVALID_ARGUMENT` with a message naming the field; a store failure with
 //! `--failure-mode error` is `UNAVAILABLE`.
+//!
+//! A message is decoded in two steps, so that its size in memory follows the configured limits
+//! and not its length on the wire: [`RequestBytes`] holds the message as received, its
+//! descriptors and entries are counted against [`RequestLimits`] without building anything
+//! ([`check_counts`]), and only then is it decoded. Two bytes on the wire are an empty descriptor,
+//! which decoded would take about a hundred: 4 MiB of them would take hundreds of MiB.
 
 use std::sync::Arc;
 use std::time::Instant;
+
+use bytes::{Buf, BufMut, Bytes};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -27,11 +35,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+use prost::{DecodeError, Message};
 use tonic::Status;
 
 use super::{unit_from_override, unit_to_proto};
 use crate::limiter::{
-    Code, Descriptor, DescriptorStatus, LimitError, LimitOverride, RateLimiter, Request, Response,
+    Code, Descriptor, DescriptorStatus, LimitError, LimitOverride, RateLimiter, Request,
+    RequestLimits, Response,
 };
 use crate::metrics::Transport;
 
@@ -54,13 +65,16 @@ impl GrpcService {
         GrpcService { limiter }
     }
 
-    /// `ShouldRateLimit`: decide, encode, and count the call.
+    /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call.
     pub async fn should_rate_limit(
         &self,
-        proto: RateLimitRequest,
+        message: RequestBytes,
     ) -> Result<RateLimitResponse, Status> {
         let started = Instant::now();
-        let result = self.limiter.should_rate_limit(&from_proto(&proto)).await;
+        let result = match decode(&message.0, &self.limiter.options().limits) {
+            Ok(proto) => self.limiter.should_rate_limit(&from_proto(&proto)).await,
+            Err(error) => Err(error),
+        };
         self.limiter
             .metrics()
             .observe_request(Transport::Grpc, started.elapsed());
@@ -70,6 +84,118 @@ impl GrpcService {
             Err(error @ LimitError::Unavailable(_)) => Err(Status::unavailable(error.to_string())),
         }
     }
+}
+
+/// A `RateLimitRequest` as it arrived, not yet decoded: the message type the gRPC server reads,
+/// so that [`GrpcService::should_rate_limit`] can bound the work of decoding it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestBytes(pub Bytes);
+
+impl Message for RequestBytes {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        buf.put_slice(&self.0);
+    }
+
+    /// Not called: [`RequestBytes::merge`] takes the whole message.
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Keeps the bytes (one copy, the size of the message).
+    fn merge(&mut self, mut buf: impl Buf) -> Result<(), DecodeError> {
+        self.0 = buf.copy_to_bytes(buf.remaining());
+        Ok(())
+    }
+}
+
+/// Decodes a `RateLimitRequest` once [`check_counts`] has found it within the limits.
+pub fn decode(bytes: &[u8], limits: &RequestLimits) -> Result<RateLimitRequest, LimitError> {
+    let undecodable = |error: &dyn std::fmt::Display| {
+        LimitError::InvalidArgument(format!("cannot decode the request: {error}"))
+    };
+    check_counts(bytes, limits).map_err(|error| match error {
+        Counted::Over(error) => error,
+        Counted::Undecodable(error) => undecodable(&error),
+    })?;
+    RateLimitRequest::decode(bytes).map_err(|error| undecodable(&error))
+}
+
+/// Why [`check_counts`] stopped.
+#[derive(Debug)]
+pub enum Counted {
+    /// Over `--max-descriptors` or `--max-entries`.
+    Over(LimitError),
+    /// Not protobuf.
+    Undecodable(String),
+}
+
+impl From<DecodeError> for Counted {
+    fn from(error: DecodeError) -> Self {
+        Counted::Undecodable(error.to_string())
+    }
+}
+
+/// Walks an encoded `RateLimitRequest` (`descriptors` = 2; in each, `entries` = 1) counting
+/// descriptors and entries, and stops at the first over its bound. Nothing is allocated.
+pub fn check_counts(mut bytes: &[u8], limits: &RequestLimits) -> Result<(), Counted> {
+    let mut descriptors = 0;
+    while !bytes.is_empty() {
+        let (tag, wire_type) = decode_key(&mut bytes)?;
+        if tag != 2 || wire_type != WireType::LengthDelimited {
+            skip_field(wire_type, tag, &mut bytes, DecodeContext::default())?;
+            continue;
+        }
+        let descriptor = length_delimited(&mut bytes)?;
+        limits
+            .check_descriptors(descriptors + 1)
+            .map_err(Counted::Over)?;
+        let entries = count_fields(descriptor, 1, limits.max_entries)?;
+        limits
+            .check_entries(descriptors, entries)
+            .map_err(Counted::Over)?;
+        descriptors += 1;
+    }
+    Ok(())
+}
+
+/// The number of length-delimited `field`s in a message, counting no further than one past `max`.
+fn count_fields(mut bytes: &[u8], field: u32, max: usize) -> Result<usize, Counted> {
+    let mut count = 0;
+    while !bytes.is_empty() && count <= max {
+        let (tag, wire_type) = decode_key(&mut bytes)?;
+        if tag == field && wire_type == WireType::LengthDelimited {
+            length_delimited(&mut bytes)?;
+            count += 1;
+        } else {
+            skip_field(wire_type, tag, &mut bytes, DecodeContext::default())?;
+        }
+    }
+    Ok(count)
+}
+
+/// The payload of a length-delimited field whose key has been read; `bytes` moves past it.
+fn length_delimited<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8], Counted> {
+    let length = usize::try_from(decode_varint(bytes)?).unwrap_or(usize::MAX);
+    if length > bytes.len() {
+        return Err(Counted::Undecodable("buffer underflow".into()));
+    }
+    let (payload, rest) = bytes.split_at(length);
+    *bytes = rest;
+    Ok(payload)
 }
 
 /// Borrows a proto request as a limiter request.
@@ -136,5 +262,68 @@ fn status(status: DescriptorStatus) -> ProtoStatus {
             nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
         }),
         quota: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            max_descriptors: 3,
+            max_entries: 2,
+            ..RequestLimits::default()
+        }
+    }
+
+    fn encoded(descriptors: usize, entries: usize) -> Vec<u8> {
+        let entry = Entry {
+            key: "k".into(),
+            value: "v".into(),
+        };
+        RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![
+                RateLimitDescriptor {
+                    entries: vec![entry; entries],
+                    ..RateLimitDescriptor::default()
+                };
+                descriptors
+            ],
+            ..RateLimitRequest::default()
+        }
+        .encode_to_vec()
+    }
+
+    fn message(result: Result<RateLimitRequest, LimitError>) -> String {
+        match result {
+            Ok(r) => panic!("decoded {r:?}"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn counts_descriptors_and_entries_before_decoding() {
+        let ok = decode(&encoded(3, 2), &limits()).map(|r| r.descriptors.len());
+        assert!(matches!(ok, Ok(3)), "{ok:?}");
+        let many = message(decode(&encoded(4, 1), &limits()));
+        assert!(many.contains("too many descriptors: 4"), "{many}");
+        let deep = message(decode(&encoded(1, 3), &limits()));
+        assert!(
+            deep.contains("descriptors[0] has too many entries: 3"),
+            "{deep}"
+        );
+        // 4 MiB of empty descriptors (`12 00`): refused at the fourth, nothing built.
+        let bomb = [0x12, 0x00].repeat(2 << 20);
+        let refused = message(decode(&bomb, &limits()));
+        assert!(refused.contains("too many descriptors: 4"), "{refused}");
+        // Truncated and garbage bytes are decode errors, as prost's.
+        let mut truncated = encoded(1, 1);
+        truncated.pop();
+        assert!(message(decode(&truncated, &limits())).contains("cannot decode"));
+        assert!(message(decode(&[0xff; 8], &limits())).contains("cannot decode"));
     }
 }

@@ -1,7 +1,11 @@
 //! The serving state, shared by gRPC health (`grpc.health.v1.Health`) and `GET /healthcheck`.
 //!
-//! The service is SERVING while rules are loaded and the store answers, and NOT_SERVING from the
-//! moment shutdown begins. A background task pings the store every second and flips the state;
+//! The service is SERVING while the store answers, and NOT_SERVING from the moment shutdown
+//! begins. No rules (an empty rule directory) is still SERVING, as in envoyproxy/ratelimit: a
+//! Kubernetes ConfigMap may start empty, and every request is answered OK until rules arrive;
+//! `GET /healthcheck` says so in its body. With rules from a control plane (xDS), NOT_SERVING
+//! until its first rules are in, unless the operator forced a start without them (see
+//! [`Health::gated`]). A background task pings the store every second and flips the state;
 //! transitions are logged once, not on every ping.
 
 use std::sync::Arc;
@@ -31,6 +35,8 @@ pub struct Health {
     shutting_down: AtomicBool,
     /// Whether a check has run (the first result is logged whatever it is).
     checked: AtomicBool,
+    /// Set by a rule source whose rules are not in at start (see [`Health::gated`]).
+    rules_in: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -44,11 +50,23 @@ impl std::fmt::Debug for Health {
 impl Health {
     /// A NOT_SERVING state reporting to `reporter` (see [`tonic_health::server::health_reporter`]).
     pub async fn new(reporter: HealthReporter) -> Arc<Health> {
+        Health::build(reporter, None).await
+    }
+
+    /// As [`Health::new`], but NOT_SERVING until `rules_in` is true: set once a control plane's
+    /// first rules are in (even none: a control plane that serves no rules means it), see
+    /// `config::source::xds`.
+    pub async fn gated(reporter: HealthReporter, rules_in: Arc<AtomicBool>) -> Arc<Health> {
+        Health::build(reporter, Some(rules_in)).await
+    }
+
+    async fn build(reporter: HealthReporter, rules_in: Option<Arc<AtomicBool>>) -> Arc<Health> {
         let health = Arc::new(Health {
             reporter,
             serving: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             checked: AtomicBool::new(false),
+            rules_in,
         });
         health.publish(false).await;
         health
@@ -88,19 +106,19 @@ impl Health {
         }
     }
 
-    /// Checks once: rules are loaded and the store answers a ping in time.
+    /// Checks once: the store answers a ping in time (and a control plane's rules are in).
     pub async fn check(&self, limiter: &RateLimiter) {
-        // An empty rule set (an empty config directory) answers OK to everything: not serving.
-        let rules_loaded = {
-            let rules = limiter.rules().load();
-            rules.rule_count() > 0 || !rules.domain_names().is_empty()
-        };
+        // A control plane's rules: not serving until they are in (an empty set included).
+        let rules_in = self
+            .rules_in
+            .as_ref()
+            .is_none_or(|rules_in| rules_in.load(Ordering::SeqCst));
         let store = match tokio::time::timeout(PING_TIMEOUT, limiter.store().ping()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
             Err(_) => Err(format!("ping timed out after {PING_TIMEOUT:?}")),
         };
-        let serving = rules_loaded && store.is_ok();
+        let serving = rules_in && store.is_ok();
         let first = !self.checked.swap(true, Ordering::SeqCst);
         let changed = first || serving != self.is_serving();
         if changed && !self.shutting_down.load(Ordering::SeqCst) {
@@ -109,7 +127,7 @@ impl Health {
                 Err(error) => {
                     tracing::warn!(store = limiter.store().kind(), %error, "store down: not serving")
                 }
-                Ok(()) => tracing::warn!("no rules loaded: not serving"),
+                Ok(()) => tracing::warn!("no rules from the control plane yet: not serving"),
             }
         }
         self.set_serving(serving).await;

@@ -2,8 +2,10 @@
 //!
 //! - `POST /json`: [`super::json`] (envoyproxy/ratelimit-compatible JSON);
 //! - `/check` (any method): [`super::check`] (headers in, status code out; nginx, forward-auth);
-//! - `GET /healthcheck`: `200 OK` while serving, `503` otherwise (see [`super::health`]);
-//! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`);
+//! - `GET /healthcheck`: `200 OK` while serving (`OK: no rules loaded` without rules), `503`
+//!   otherwise (see [`super::health`]);
+//! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`), after
+//!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
 //! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
 //!
 //! Request bodies over `--max-body-bytes` are refused with 413.
@@ -22,6 +24,7 @@ use axum::routing::{any, get, post};
 use super::check::{self, DenyStatus, OVER_HEADER};
 use super::health::Health;
 use super::json;
+use crate::config::reload::SharedStatus;
 use crate::limiter::{Code, LimitError, RateLimiter};
 use crate::metrics::Transport;
 
@@ -32,6 +35,8 @@ pub struct AppState {
     pub health: Arc<Health>,
     /// The domain of `/check` requests without `x-ratelimit-domain`.
     pub check_domain: Option<String>,
+    /// Whether the served rules are the files on disk, for `/rlconfig`.
+    pub config_status: SharedStatus,
 }
 
 /// All HTTP routes, with the body limit.
@@ -48,7 +53,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
 
 async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
-    let response = match json::parse_request(&body) {
+    let response = match json::parse_request(&body, &state.limiter.options().limits) {
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
         Ok(request) => match state.limiter.should_rate_limit(&request.as_request()).await {
             Ok(decision) => {
@@ -72,7 +77,8 @@ async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
 
 async fn check_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let started = Instant::now();
-    let response = match check::parse(&headers, state.check_domain.as_deref()) {
+    let limits = &state.limiter.options().limits;
+    let response = match check::parse(&headers, state.check_domain.as_deref(), limits) {
         Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
         Ok(check) => match state
             .limiter
@@ -111,16 +117,35 @@ async fn check_handler(State(state): State<AppState>, headers: HeaderMap) -> Res
 
 async fn healthcheck(State(state): State<AppState>) -> Response {
     if state.health.is_serving() {
+        if state.limiter.rules().load().domain_names().is_empty() {
+            // Serving, as envoyproxy/ratelimit does, but every request is answered OK.
+            return (StatusCode::OK, "OK: no rules loaded\n").into_response();
+        }
         (StatusCode::OK, "OK\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "NOT_SERVING\n").into_response()
     }
 }
 
-/// One line per rule: `domain path: limits; name=..; replaces=..; flags; source=file`.
+/// `#` lines on the rules' freshness, then one line per rule:
+/// `domain path: limits; name=..; replaces=..; flags; source=file`.
 async fn rlconfig(State(state): State<AppState>) -> Response {
     let rules = state.limiter.rules().load();
+    let status = state.config_status.load();
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# loaded_at: {}",
+        humantime::format_rfc3339_seconds(status.loaded_at)
+    );
+    let _ = writeln!(out, "# served_checksum: {}", status.served);
+    let on_disk = status.on_disk.map(|c| c.to_string());
+    let _ = writeln!(
+        out,
+        "# on_disk_checksum: {}",
+        on_disk.as_deref().unwrap_or("(unreadable)")
+    );
+    let _ = writeln!(out, "# stale: {}", status.is_stale());
     for rule in rules.rules() {
         let limits = if rule.unlimited {
             "unlimited".to_string()

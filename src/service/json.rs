@@ -2,7 +2,10 @@
 //! envoyproxy/ratelimit's `/json` endpoint speaks them.
 //!
 //! Request (field names in lowerCamelCase or as in the proto, snake_case; integers as numbers or
-//! strings; `null` means unset; unknown fields are rejected):
+//! strings; `null` means unset). As in protobuf's JSON mapping, unknown fields are rejected, and
+//! so is a field given twice, by one name or by both (`"domain"` twice, or `hitsAddend` and
+//! `hits_addend`): otherwise one reading of the body would decide and another be logged.
+//! `--max-descriptors` and `--max-entries` are checked before a descriptor is built.
 //!
 //! ```json
 //! {"domain": "api",
@@ -25,24 +28,32 @@
 //! HTTP status: 200 for OK, 429 for OVER_LIMIT, 400 for a bad body or request, 413 for a body over
 //! `--max-body-bytes`, 503 when the store fails under `--failure-mode error`.
 
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 use super::{OwnedDescriptor, OwnedRequest, unit_from_override};
 use crate::config::Unit;
-use crate::limiter::{Code, DescriptorStatus, LimitOverride, Response};
+use crate::limiter::{Code, DescriptorStatus, LimitOverride, RequestLimits, Response};
 
-/// Parses a request body; the error is a message for the client.
-pub fn parse_request(body: &[u8]) -> Result<OwnedRequest, String> {
-    let value: Value =
+/// Parses a request body within `limits`; the error is a message for the client.
+pub fn parse_request(body: &[u8], limits: &RequestLimits) -> Result<OwnedRequest, String> {
+    let Strict(value) =
         serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
-    let object = as_object(&value, "request")?;
+    let object = fields(&value, "request")?;
     let mut request = OwnedRequest::default();
     for (field, value) in object {
         match field.as_str() {
             "domain" => request.domain = string(value, "domain")?,
             "descriptors" => {
-                for (i, d) in array(value, "descriptors")?.iter().enumerate() {
-                    request.descriptors.push(descriptor(d, i)?);
+                let descriptors = array(value, "descriptors")?;
+                limits
+                    .check_descriptors(descriptors.len())
+                    .map_err(|e| e.to_string())?;
+                for (i, d) in descriptors.iter().enumerate() {
+                    request.descriptors.push(descriptor(d, i, limits)?);
                 }
             }
             "hitsAddend" | "hits_addend" => {
@@ -54,13 +65,17 @@ pub fn parse_request(body: &[u8]) -> Result<OwnedRequest, String> {
     Ok(request)
 }
 
-fn descriptor(value: &Value, i: usize) -> Result<OwnedDescriptor, String> {
+fn descriptor(value: &Value, i: usize, limits: &RequestLimits) -> Result<OwnedDescriptor, String> {
     let path = format!("descriptors[{i}]");
     let mut descriptor = OwnedDescriptor::default();
-    for (field, value) in as_object(value, &path)? {
+    for (field, value) in fields(value, &path)? {
         match field.as_str() {
             "entries" => {
-                for (j, e) in array(value, &format!("{path}.entries"))?.iter().enumerate() {
+                let entries = array(value, &format!("{path}.entries"))?;
+                limits
+                    .check_entries(i, entries.len())
+                    .map_err(|e| e.to_string())?;
+                for (j, e) in entries.iter().enumerate() {
                     descriptor
                         .entries
                         .push(entry(e, &format!("{path}.entries[{j}]"))?);
@@ -86,7 +101,7 @@ fn descriptor(value: &Value, i: usize) -> Result<OwnedDescriptor, String> {
 
 fn entry(value: &Value, path: &str) -> Result<(String, String), String> {
     let mut entry = (String::new(), String::new());
-    for (field, value) in as_object(value, path)? {
+    for (field, value) in fields(value, path)? {
         match field.as_str() {
             "key" => entry.0 = string(value, &format!("{path}.key"))?,
             "value" => entry.1 = string(value, &format!("{path}.value"))?,
@@ -101,7 +116,7 @@ fn limit(value: &Value, path: &str) -> Result<LimitOverride, String> {
         requests_per_unit: 0,
         unit: None,
     };
-    for (field, value) in as_object(value, path)? {
+    for (field, value) in fields(value, path)? {
         match field.as_str() {
             "requestsPerUnit" | "requests_per_unit" => {
                 let n = uint(
@@ -128,10 +143,11 @@ fn unit(value: &Value, path: &str) -> Result<Option<Unit>, String> {
             "MINUTE" => Ok(Some(Unit::Minute)),
             "HOUR" => Ok(Some(Unit::Hour)),
             "DAY" => Ok(Some(Unit::Day)),
+            "WEEK" => Ok(Some(Unit::Week)),
             "MONTH" => Ok(Some(Unit::Month)),
             "YEAR" => Ok(Some(Unit::Year)),
             _ => Err(format!(
-                "{path}: unknown unit {name:?} (expected SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)"
+                "{path}: unknown unit {name:?} (expected SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)"
             )),
         },
         Value::Number(n) => match n.as_i64().and_then(|n| i32::try_from(n).ok()) {
@@ -142,10 +158,90 @@ fn unit(value: &Value, path: &str) -> Result<Option<Unit>, String> {
     }
 }
 
-fn as_object<'v>(value: &'v Value, path: &str) -> Result<&'v Map<String, Value>, String> {
-    value
+/// The fields of an object, refusing one given under both of its names (`hitsAddend` and
+/// `hits_addend`), as protobuf's JSON mapping does. Repeated keys were refused by [`Strict`].
+fn fields<'v>(value: &'v Value, path: &str) -> Result<&'v Map<String, Value>, String> {
+    let object = value
         .as_object()
-        .ok_or_else(|| format!("{path} must be a JSON object"))
+        .ok_or_else(|| format!("{path} must be a JSON object"))?;
+    for (camel, snake) in [
+        ("hitsAddend", "hits_addend"),
+        ("isNegativeHits", "is_negative_hits"),
+        ("requestsPerUnit", "requests_per_unit"),
+    ] {
+        if object.contains_key(camel) && object.contains_key(snake) {
+            return Err(format!("{path} has both {camel} and {snake}: give one"));
+        }
+    }
+    Ok(object)
+}
+
+/// A JSON value as serde_json parses it, except that an object repeating a key is an error
+/// (serde_json keeps the last).
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_string()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Strict(value) = map.next_value()?;
+            if object.contains_key(&key) {
+                return Err(A::Error::custom(format!("duplicate field {key:?}")));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
 }
 
 fn array<'v>(value: &'v Value, path: &str) -> Result<&'v [Value], String> {
@@ -247,14 +343,22 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn parse(body: &[u8]) -> Result<OwnedRequest, String> {
+        let limits = RequestLimits {
+            max_descriptors: 4,
+            ..RequestLimits::default()
+        };
+        parse_request(body, &limits)
+    }
+
     #[test]
     fn parses_camel_and_snake_case() {
         let camel = br#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],
             "hitsAddend":"3","limit":{"requestsPerUnit":5,"unit":"HOUR"}}],"hitsAddend":2}"#;
         let snake = br#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],
             "hits_addend":3,"limit":{"requests_per_unit":"5","unit":3}}],"hits_addend":"2"}"#;
-        let a = parse_request(camel).unwrap_or_else(|e| panic!("{e}"));
-        let b = parse_request(snake).unwrap_or_else(|e| panic!("{e}"));
+        let a = parse(camel).unwrap_or_else(|e| panic!("{e}"));
+        let b = parse(snake).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(a, b);
         assert_eq!(a.hits_addend, 2);
         assert_eq!(a.descriptors[0].hits_addend, Some(3));
@@ -266,7 +370,7 @@ mod tests {
             })
         );
         // An entry without a value is the empty value.
-        let r = parse_request(br#"{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}]}"#);
+        let r = parse(br#"{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}]}"#);
         assert_eq!(
             r.map(|r| r.descriptors[0].entries.clone()),
             Ok(vec![("k".into(), String::new())])
@@ -296,8 +400,28 @@ mod tests {
                 br#"{"descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}"#,
                 "unknown unit \"FORTNIGHT\"",
             ),
+            (
+                br#"{"domain":"nope","domain":"d"}"#,
+                "duplicate field \"domain\"",
+            ),
+            (
+                br#"{"descriptors":[{"entries":[{"key":"k","key":"j"}]}]}"#,
+                "duplicate field \"key\"",
+            ),
+            (
+                br#"{"domain":"d","hitsAddend":1,"hits_addend":2}"#,
+                "request has both hitsAddend and hits_addend",
+            ),
+            (
+                br#"{"descriptors":[{"hits_addend":1,"hitsAddend":2}]}"#,
+                "descriptors[0] has both hitsAddend and hits_addend",
+            ),
+            (
+                br#"{"descriptors":[{},{},{},{},{}]}"#,
+                "too many descriptors: 5",
+            ),
         ] {
-            match parse_request(body) {
+            match parse(body) {
                 Err(message) => {
                     assert!(message.contains(expected), "{message:?} lacks {expected:?}")
                 }

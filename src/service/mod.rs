@@ -73,8 +73,11 @@ pub fn unit_to_proto(unit: Unit) -> i32 {
     }
 }
 
-/// A unit of a limit override (`envoy.type.v3.RateLimitUnit`, which has no WEEK); `None` for
-/// `UNKNOWN` and numbers Envoy does not define.
+/// A unit of a limit override; `None` for `UNKNOWN` and numbers Envoy does not define.
+///
+/// The override's type, `envoy.type.v3.RateLimitUnit`, has no WEEK, but the response's
+/// `RateLimit.Unit` has WEEK = 7, and envoyproxy/ratelimit reads an override's number as the
+/// response's unit: 7 is a week there, and so here.
 pub fn unit_from_override(number: i32) -> Option<Unit> {
     match number {
         1 => Some(Unit::Second),
@@ -83,6 +86,7 @@ pub fn unit_from_override(number: i32) -> Option<Unit> {
         4 => Some(Unit::Day),
         5 => Some(Unit::Month),
         6 => Some(Unit::Year),
+        7 => Some(Unit::Week),
         _ => None,
     }
 }

@@ -295,6 +295,9 @@ struct Eval {
     over: bool,
     /// Hits in the window before this request (plus earlier same-key counters of the request).
     count: u64,
+    /// Hits in the window before this request: what a denied request reports, since it records
+    /// none of the hits its earlier same-key counters would have added.
+    held: u64,
     /// The counter's "now": the clock, or the newest run if the clock stepped back.
     now: u64,
     /// For an over-limit counter: microseconds until the request's hits fit.
@@ -349,6 +352,11 @@ impl MemoryStore {
             .iter()
             .zip(&evals)
             .any(|(c, e)| e.over && !c.shadow);
+        if !allowed {
+            for eval in evals.iter_mut() {
+                eval.count = eval.held;
+            }
+        }
 
         let results = counters
             .iter()
@@ -456,7 +464,6 @@ impl MemoryStore {
 /// Pass one for one counter: trim, count, decide, and for a deny find when the hits would fit.
 fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pending: u64) -> Eval {
     let window = micros(counter.window);
-    let ask = counter.hits.max(1);
     let mut now = now;
     if let Some(log) = log.as_deref_mut() {
         now = now.max(log.newest().unwrap_or(0));
@@ -464,7 +471,7 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
     }
     let stored = log.as_deref().map_or(0, |l| l.hits());
     let count = stored + pending;
-    let over = counter.hits > counter.limit || count.saturating_add(ask) > counter.limit;
+    let over = counter.hits > counter.limit || count.saturating_add(counter.hits) > counter.limit;
     let mut reset = 0;
     if over {
         // Entries leave only by time: the request fits once its excess of oldest hits is gone.
@@ -472,7 +479,7 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
         // request) is reported as the whole window.
         reset = window;
         if counter.hits <= counter.limit {
-            let excess = count + ask - counter.limit;
+            let excess = count + counter.hits - counter.limit;
             if let Some(at) = log.as_deref().and_then(|l| l.when_dropped(excess)) {
                 reset = at.saturating_sub(now);
             }
@@ -481,6 +488,7 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
     Eval {
         over,
         count,
+        held: stored,
         now,
         reset,
     }

@@ -8,7 +8,9 @@
 //! Semantics of a sliding log with limit `N` per window `W`, for a counter asked for `h` hits at
 //! time `t`:
 //! - the hits already admitted in `(t - W, t]` plus `h` must be at most `N`;
-//! - `h == 0` decides as for one hit but records nothing (a check);
+//! - `h == 0` is a check: it records nothing, and is over limit only when the window holds more
+//!   than `N` (a limit lowered below what it holds). 0 hits fit a full counter, so a check of a
+//!   full counter is allowed and reports `remaining` 0, as envoyproxy/ratelimit answers it;
 //! - `h > N` is always over limit;
 //! - if any non-shadow counter of the request is over limit, nothing is recorded anywhere;
 //!   shadow counters are evaluated and reported but never cause a deny.
@@ -16,7 +18,13 @@
 //!   shadow counter over its limit records nothing: an enforced limit would not have admitted the
 //!   request either, so a shadow counter keeps measuring exactly what enforcing it would do.
 //! - a request that names the same counter twice is decided as one log: the second occurrence
-//!   sees the hits the first would add.
+//!   sees the hits the first would add. What a store reports about a counter follows only from
+//!   hits that are recorded: a denied request reports, for every counter, the hits it holds (the
+//!   first's hits were never added), and the Redis deny cache only remembers counters that recorded
+//!   hits fill.
+//!
+//! Windows are at most [`MAX_WINDOW`] long (rule validation rejects longer ones); both stores hold
+//! such windows exactly.
 //!
 //! Time has microsecond resolution. The window is `(t - W, t]`: a hit recorded at `s` counts until
 //! `s + W` and is gone at that instant.
@@ -121,6 +129,10 @@ impl fmt::Display for Precision {
     }
 }
 
+/// The longest window a store holds exactly (100 years). In Redis a hit's time plus the window must
+/// stay an exact integer in a Lua double, below 2^53 µs since 1970: true until the year 2155.
+pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
+
 /// One sliding-window counter that a request touches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counter {
@@ -143,7 +155,7 @@ pub struct Counter {
 pub struct CounterResult {
     /// This counter alone cannot take the request's hits (for shadow counters too).
     pub over_limit: bool,
-    /// Hits in the window after the decision.
+    /// Hits in the window after the decision: for a denied request, the hits the counter holds.
     pub count: u64,
     /// `limit - count`, saturating.
     pub remaining: u64,

@@ -28,8 +28,15 @@
 --   reset_after_us  over: until the request's hits fit (the window if they never can);
 --                   otherwise until the oldest hit leaves the window (0 if empty)
 --   reset1_us       until one hit fits, -1 if one fits now (for the local deny cache); -2 if the
---                   counter is full but holds provisional hits, which may leave before their time
+--                   counter is full but holds provisional hits, which may leave before their time.
+--                   Counted from the hits the counter holds, never from the pending hits of this
+--                   request's earlier counters on the same key: a denied request records none.
 --   bucket          the bucket a bucket counter's hits went to (for taking them back), else -1
+--
+-- A denied request reports, for every counter, the hits it holds (what the request left behind);
+-- an allowed one the hits held plus those this request recorded up to that counter. A check
+-- (hits 0) is over only if the window holds more than the limit: 0 hits fit a full counter. All
+-- of this holds alike for logs and bucket counters.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -170,26 +177,27 @@ local function buckets_provisional(log, width, span)
   return held
 end
 
--- Pass one for a bucket counter: count, decide, and the waits (see the reply's fields); also
--- returns the oldest bucket's index for pass two.
+-- Pass one for a bucket counter: the hits it holds, the count with this request's earlier
+-- counters on the key, decide, and the waits (see the reply's fields); also returns the oldest
+-- bucket's index for pass two.
 local function decide_buckets(key, log, limit, window, width, hits, pending)
   local span = window / width
-  local total, oldest = buckets_trim(key, width, span)
-  local c = total + pending
+  local held, oldest = buckets_trim(key, width, span)
+  local c = held + pending
   local over, reset, reset1 = false, 0, -1
-  if c + 1 > limit then
-    reset1 = buckets_until_fits(key, oldest, c + 1 - limit, width, span, window)
+  if held + 1 > limit then
+    reset1 = buckets_until_fits(key, oldest, held + 1 - limit, width, span, window)
     if buckets_provisional(log, width, span) then
       reset1 = -2
     end
   end
   if hits > limit then
     over, reset = true, window
-  elseif c + math.max(hits, 1) > limit then
+  elseif c + hits > limit then
     over = true
-    reset = buckets_until_fits(key, oldest, c + math.max(hits, 1) - limit, width, span, window)
+    reset = buckets_until_fits(key, oldest, c + hits - limit, width, span, window)
   end
-  return c, over, reset, reset1, oldest
+  return held, c, over, reset, reset1, oldest
 end
 
 -- Pass two for an admitted bucket counter: adds its hits to the current bucket and the total (and,
@@ -217,6 +225,7 @@ local function decide(rid, part, n, k0, a0)
   local key, log = {}, {}
   local limit, window, hits, shadow, width, buckets = {}, {}, {}, {}, {}, {}
   local over, count, reset, reset1 = {}, {}, {}, {}
+  local held = {}
   local pending = {}
   local allowed = 1
 
@@ -233,19 +242,19 @@ local function decide(rid, part, n, k0, a0)
     width[i] = tonumber(ARGV[base + 4])
 
     if width[i] > 0 then
-      count[i], over[i], reset[i], reset1[i], buckets[i] = decide_buckets(key[i], log[i], limit[i],
-        window[i], width[i], hits[i], pending[key[i]] or 0)
+      held[i], count[i], over[i], reset[i], reset1[i], buckets[i] = decide_buckets(key[i], log[i],
+        limit[i], window[i], width[i], hits[i], pending[key[i]] or 0)
       if not over[i] then
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
     else
       redis.call('ZREMRANGEBYSCORE', key[i], '-inf', now - window[i])
-      local c = redis.call('ZCARD', key[i]) + (pending[key[i]] or 0)
-      local ask = math.max(hits[i], 1)
+      held[i] = redis.call('ZCARD', key[i])
+      local c = held[i] + (pending[key[i]] or 0)
       count[i] = c
       reset1[i] = -1
-      if c + 1 > limit[i] then
-        reset1[i] = until_fits(key[i], c + 1 - limit[i], window[i])
+      if held[i] + 1 > limit[i] then
+        reset1[i] = until_fits(key[i], held[i] + 1 - limit[i], window[i])
         if has_provisional(log[i], window[i]) then
           reset1[i] = -2
         end
@@ -253,9 +262,9 @@ local function decide(rid, part, n, k0, a0)
       if hits[i] > limit[i] then
         over[i] = true
         reset[i] = window[i]
-      elseif c + ask > limit[i] then
+      elseif c + hits[i] > limit[i] then
         over[i] = true
-        reset[i] = until_fits(key[i], c + ask - limit[i], window[i])
+        reset[i] = until_fits(key[i], c + hits[i] - limit[i], window[i])
       else
         over[i] = false
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
@@ -270,6 +279,9 @@ local function decide(rid, part, n, k0, a0)
   local added = {}
   for i = 1, n do
     local bucket = -1
+    if allowed == 0 then
+      count[i] = held[i]
+    end
     if allowed == 1 and not over[i] and hits[i] > 0 and width[i] > 0 then
       bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], part)
       count[i] = count[i] + hits[i]

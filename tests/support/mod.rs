@@ -421,14 +421,31 @@ impl Slidegate {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Slidegate {
+        Slidegate::launch(Some(config), grpc_port, args, env)
+    }
+
+    /// `slidegate serve ARGS...` without `--config` (rules from `--xds-server`), on free ports.
+    pub fn start_without_config(args: &[&str]) -> Slidegate {
+        Slidegate::launch(None, free_port(), args, &[])
+    }
+
+    /// `slidegate serve` on free ports with `--config CONFIG` if given, ARGS and extra
+    /// environment variables.
+    pub fn launch(
+        config: Option<&std::path::Path>,
+        grpc_port: u16,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Slidegate {
         let dir = tempfile::tempdir().expect("tempdir");
         let http_port = free_port();
         let log = std::fs::File::create(dir.path().join("slidegate.log")).expect("log file");
         let mut command = slidegate_command();
+        command.arg("serve");
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
         command
-            .arg("serve")
-            .arg("--config")
-            .arg(config)
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
             .args(args)

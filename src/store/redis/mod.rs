@@ -102,7 +102,7 @@ use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
 use script::{CallPart, Reply, Reported, RequestIds};
 
-use super::{Counter, CounterKey, CounterResult, Decision, Store, StoreError};
+use super::{Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
 
 /// The default key prefix (`--redis-prefix`).
 pub const DEFAULT_PREFIX: &str = "slidegate:";
@@ -112,6 +112,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Default capacity of the local deny cache (counters).
 pub const DEFAULT_DENY_CACHE: usize = 100_000;
+
+/// Default of [`RedisOptions::max_call_hits`]: the limiter's default budget for one request.
+pub const DEFAULT_MAX_CALL_HITS: u64 = 4096;
 
 /// How a socket reports a peer that stopped answering: unacknowledged data for this long fails
 /// the connection, which [`ConnectionManager`] then replaces.
@@ -133,11 +136,18 @@ pub struct RedisOptions {
     /// PEM file of CA certificates to trust for `rediss://` instead of the system roots (a private
     /// CA or a self-signed server certificate).
     pub tls_ca_file: Option<PathBuf>,
-    /// Capacity of the exact local deny cache in counters; 0 turns it off. Standalone only, see
+    /// Capacity of the exact local deny cache in counters; 0 turns it off. Standalone and Cluster
+    /// (where a counter filled by hits a compensation may take back is never cached), see
     /// [`DenyCache`].
     pub deny_cache: usize,
     /// Connections to open (lazily): one per thread that serves calls, see the `per_thread` module.
     pub connections: usize,
+    /// Most hits one script call may add to exact logs, summed over its counters (a 0-hit check
+    /// and a bucket counter count 1):
+    /// the limiter's budget for one request (`--max-hits`), so that batching several requests
+    /// into one call never holds Redis longer than the largest single request may. A request
+    /// alone always gets its call.
+    pub max_call_hits: u64,
 }
 
 impl Default for RedisOptions {
@@ -150,6 +160,7 @@ impl Default for RedisOptions {
             tls_ca_file: None,
             deny_cache: DEFAULT_DENY_CACHE,
             connections: 1,
+            max_call_hits: DEFAULT_MAX_CALL_HITS,
         }
     }
 }
@@ -188,6 +199,8 @@ pub struct RedisStore {
 struct Shared {
     prefix: String,
     timeout: Duration,
+    /// [`RedisOptions::max_call_hits`].
+    max_call_hits: u64,
     redactor: Redactor,
     /// Redacted endpoint(s), for Debug and messages.
     endpoint: String,
@@ -337,6 +350,7 @@ impl RedisStore {
             shared: Arc::new(Shared {
                 prefix: opts.prefix.clone(),
                 timeout: opts.timeout,
+                max_call_hits: opts.max_call_hits,
                 redactor,
                 endpoint,
             }),
@@ -384,16 +398,17 @@ impl RedisStore {
     }
 
     /// Consults the deny cache until it denies the request or lets it ask Redis, waiting while
-    /// another request refreshes one of its counters. Each wait is bounded by the leader's own
-    /// deadline; past a quarter of ours, stop waiting for other requests' answers and ask Redis, so
-    /// that waiting never turns a request into a timeout.
+    /// another request refreshes one of its counters. Waiting, in all, lasts at most a quarter of
+    /// our timeout, however long the leader takes: then stop waiting for other requests' answers
+    /// and ask Redis, so that waiting never turns a request into a timeout.
     async fn consult(&self, counters: &[Counter]) -> ControlFlow<Decision, Vec<(usize, Refresh)>> {
         let stop_waiting = Instant::now() + self.shared.timeout / 4;
         while Instant::now() < stop_waiting {
             match self.consult_cache(counters, Instant::now()) {
                 Consult::Deny(decision) => return ControlFlow::Break(decision),
                 Consult::Wait(mut done) => {
-                    let _ = done.changed().await;
+                    let until = tokio::time::Instant::from_std(stop_waiting);
+                    let _ = tokio::time::timeout_at(until, done.changed()).await;
                 }
                 Consult::Ask(leads) => return ControlFlow::Continue(leads),
             }
@@ -431,7 +446,9 @@ impl RedisStore {
     /// A local deny is exact for the full counter: `count` = limit (one more hit does not fit, so
     /// the log holds the limit), `remaining` 0, `reset_after` the time until one hit fits (the
     /// whole window for `hits > limit`). Its exact `reset_after` for `1 < hits <= limit` would need
-    /// the log, so such counters go to Redis. The request's other counters were not looked at:
+    /// the log, so such counters go to Redis, as do checks (`hits` 0), which fit a full counter.
+    /// A counter the request names twice is looked up once: the request never waits for a
+    /// refresh it leads itself. The request's other counters were not looked at:
     /// they are reported as not over limit with `count` 0, `remaining` = limit and `reset_after` 0
     /// (unknown, and untouched by this request).
     fn consult_cache(&self, counters: &[Counter], now: Instant) -> Consult {
@@ -443,12 +460,13 @@ impl RedisStore {
         let mut pending = None;
         let mut leads = Vec::new();
         for (i, c) in counters.iter().enumerate() {
-            let exact = !c.shadow && (c.hits <= 1 || c.hits > c.limit);
+            let exact = !c.shadow && (c.hits == 1 || c.hits > c.limit);
             let mut wait = None;
             if exact {
                 match cache.lookup(&c.key, c.limit, now) {
                     Lookup::Miss => {}
                     Lookup::Denied(d) => wait = Some(d),
+                    Lookup::Wait(_) if leads_counter(&leads, counters, c) => {}
                     Lookup::Wait(done) => pending = pending.or(Some(done)),
                     Lookup::Lead(refresh) => leads.push((i, refresh)),
                 }
@@ -510,9 +528,16 @@ impl RedisStore {
         if !allowed && !recorded.is_empty() {
             self.take_back(&lane.conn, &keys, counters, &recorded, &id)
                 .await;
-            for &(i, _) in &recorded {
-                if let Some(Reported { result: r, .. }) = results[i].as_mut() {
-                    r.count = r.count.saturating_sub(counters[i].hits);
+            // Each counter of an admitting slot reported its key's hits up to it, this request's
+            // included: take back all of them that were recorded on that key before it or by it.
+            for (i, result) in results.iter_mut().enumerate() {
+                let taken: u64 = recorded
+                    .iter()
+                    .filter(|&&(j, _)| j <= i && keys[j] == keys[i])
+                    .map(|&(j, _)| counters[j].hits)
+                    .sum();
+                if let (Some(Reported { result: r, .. }), true) = (result.as_mut(), taken > 0) {
+                    r.count = r.count.saturating_sub(taken);
                     r.remaining = counters[i].limit.saturating_sub(r.count);
                     if r.count == 0 {
                         r.reset_after = Duration::ZERO;
@@ -550,26 +575,34 @@ impl RedisStore {
                 None => per_key.push((keys[i].clone(), counters[i].hits, bucket)),
             }
         }
-        // From the counter and from its provisional log, where a cross-slot part's hits also go;
-        // a bucket counter's come off the bucket the script reported.
-        let removals: Vec<::redis::Cmd> = per_key
+        // From the counter, then from its provisional log, where a cross-slot part's hits also go.
+        // In this order: a counter whose log lost them first would look full for good to a call
+        // in between, which a deny cache would then keep. If the first fails, the hits stay in
+        // both (never cached as full) until they leave the window. A bucket counter's come off
+        // the bucket the script reported, from both hashes in one script.
+        let removals: Vec<Vec<::redis::Cmd>> = per_key
             .into_iter()
-            .flat_map(|(key, hits, bucket)| {
+            .map(|(key, hits, bucket)| {
                 let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
                 if let Some(bucket) = bucket {
                     return vec![script::take_back_buckets(&key, &log, bucket, hits)];
                 }
                 let members = script::members(id, hits);
                 let zrem = |key: &str| ::redis::cmd("ZREM").arg(key).arg(&members).clone();
-                vec![zrem(&log), zrem(&key)]
+                vec![zrem(&key), zrem(&log)]
             })
             .collect();
         let conn = conn.clone();
         let redactor = self.shared.redactor.clone();
         let task = tokio::spawn(async move {
-            let calls = removals.into_iter().map(|cmd| {
+            let calls = removals.into_iter().map(|cmds| {
                 let mut conn = conn.clone();
-                async move { cmd.query_async::<i64>(&mut conn).await }
+                async move {
+                    for cmd in cmds {
+                        cmd.query_async::<i64>(&mut conn).await?;
+                    }
+                    Ok::<_, RedisError>(())
+                }
             });
             for result in join_all(calls).await {
                 if let Err(e) = result {
@@ -685,37 +718,68 @@ impl Shared {
 async fn send_queued<C: LaneConn>(lane: Arc<Lane<C>>, shared: Arc<Shared>) {
     let mut queued = std::mem::take(&mut *lane.queue.lock());
     queued.retain(|q| !q.answer.is_closed());
-    let calls = batches(queued)
+    let calls = batches(queued, shared.max_call_hits)
         .into_iter()
         .map(|batch| send_batch(&lane, &shared, batch));
     join_all(calls).await;
 }
 
-/// `queued` in script calls: at most [`MAX_BATCH`] each, one slot each, in queue order per slot.
-fn batches(mut queued: Vec<Queued>) -> Vec<Vec<Queued>> {
+/// `queued` in script calls: at most [`MAX_BATCH`] each and at most `max_hits` hits each (but a
+/// request alone always), one slot each, in queue order per slot.
+fn batches(queued: Vec<Queued>, max_hits: u64) -> Vec<Vec<Queued>> {
+    let fits = |batch: &Vec<Queued>, hits: u64, cost: u64| {
+        batch.len() < MAX_BATCH && hits.saturating_add(cost) <= max_hits
+    };
     if queued.iter().all(|q| q.slot.is_none()) {
-        // Standalone: any requests may share a call, so chunking is all there is (a slot map here
-        // cost about 370 instructions per call).
-        let mut batches = Vec::new();
-        while !queued.is_empty() {
-            let rest = queued.split_off(queued.len().min(MAX_BATCH));
-            batches.push(std::mem::replace(&mut queued, rest));
+        // Standalone: any requests may share a call, so filling calls in order is all there is
+        // (a slot map here cost about 370 instructions per call).
+        let mut batches: Vec<Vec<Queued>> = Vec::new();
+        let mut hits = 0;
+        for q in queued {
+            let cost = call_cost(&q);
+            match batches.last_mut() {
+                Some(batch) if fits(batch, hits, cost) => {
+                    batch.push(q);
+                    hits += cost;
+                }
+                _ => {
+                    batches.push(vec![q]);
+                    hits = cost;
+                }
+            }
         }
         return batches;
     }
     let mut batches: Vec<Vec<Queued>> = Vec::new();
-    // The batch still taking requests of each slot.
-    let mut open: HashMap<Option<Slot>, usize> = HashMap::new();
+    // The batch still taking requests of each slot, and its hits.
+    let mut open: HashMap<Option<Slot>, (usize, u64)> = HashMap::new();
     for q in queued {
-        match open.get(&q.slot) {
-            Some(&b) if batches[b].len() < MAX_BATCH => batches[b].push(q),
+        let cost = call_cost(&q);
+        match open.get_mut(&q.slot) {
+            Some((b, hits)) if fits(&batches[*b], *hits, cost) => {
+                *hits += cost;
+                batches[*b].push(q);
+            }
             _ => {
-                open.insert(q.slot, batches.len());
+                open.insert(q.slot, (batches.len(), cost));
                 batches.push(vec![q]);
             }
         }
     }
     batches
+}
+
+/// What a request adds to a script call's work, as in the limiter's budget: its hits on each
+/// exact log, a log checked with 0 and every bucket counter (one field, whatever its hits)
+/// counting 1.
+fn call_cost(q: &Queued) -> u64 {
+    q.counters.iter().fold(0u64, |sum, c| {
+        let cost = match c.precision {
+            Precision::Exact => c.hits.max(1),
+            Precision::Buckets(_) => 1,
+        };
+        sum.saturating_add(cost)
+    })
 }
 
 /// One script call for `batch`, each request answered with its part of the reply (or the error).
@@ -779,6 +843,13 @@ fn full_for(reported: &Reported, allowed: bool) -> Option<Duration> {
     } else {
         reported.one_hit_fits_in
     }
+}
+
+/// Whether `leads` (this request's refreshes so far) holds `counter`'s cache entry.
+fn leads_counter(leads: &[(usize, Refresh)], counters: &[Counter], counter: &Counter) -> bool {
+    leads
+        .iter()
+        .any(|(j, _)| counters[*j].key == counter.key && counters[*j].limit == counter.limit)
 }
 
 /// The decision for a request denied from the cache (see [`RedisStore::consult_cache`]).
@@ -908,7 +979,7 @@ mod tests {
                 .collect()
         };
         let standalone = (0..20).map(|i| queued(None, i.to_string())).collect();
-        let batched = ids(batches(standalone));
+        let batched = ids(batches(standalone, DEFAULT_MAX_CALL_HITS));
         assert_eq!(batched.iter().map(Vec::len).collect::<Vec<_>>(), [16, 4]);
         assert_eq!(
             (batched[0][0].as_str(), batched[1][3].as_str()),
@@ -919,12 +990,59 @@ mod tests {
             .map(|(slot, id)| queued(Some(slot), id.to_string()))
             .collect();
         assert_eq!(
-            ids(batches(cluster)),
+            ids(batches(cluster, DEFAULT_MAX_CALL_HITS)),
             [vec!["a", "c"], vec!["b", "d"], vec!["e"]]
         );
         let one_slot = (0..33).map(|i| queued(Some(5), i.to_string())).collect();
-        let sizes: Vec<usize> = batches(one_slot).iter().map(Vec::len).collect();
+        let sizes: Vec<usize> = batches(one_slot, DEFAULT_MAX_CALL_HITS)
+            .iter()
+            .map(Vec::len)
+            .collect();
         assert_eq!(sizes, [16, 16, 1]);
+    }
+
+    #[test]
+    fn batches_add_up_to_at_most_max_call_hits() {
+        let counted = |slot: Option<u16>, hits: u64, precision: Precision| Queued {
+            id: hits.to_string(),
+            provisional: false,
+            slot: slot.and_then(Slot::new),
+            counters: vec![Counter {
+                key: CounterKey::new("d", [("k", "v")], Duration::from_secs(1)),
+                limit: u64::MAX,
+                window: Duration::from_secs(1),
+                hits,
+                shadow: false,
+                precision,
+            }],
+            answer: oneshot::channel().0,
+        };
+        let queued = |slot: Option<u16>, hits: u64| counted(slot, hits, Precision::Exact);
+        for slot in [None, Some(5)] {
+            // 4096 hits per call: 3000 + 1000 + 0 (counts 1) fill one, 4000 starts the next,
+            // and a request over the bound goes alone.
+            let queue = [3000, 1000, 0, 4000, 96, 5000, 1]
+                .map(|hits| queued(slot, hits))
+                .into_iter()
+                .collect();
+            let sizes: Vec<usize> = batches(queue, DEFAULT_MAX_CALL_HITS)
+                .iter()
+                .map(Vec::len)
+                .collect();
+            assert_eq!(sizes, [3, 2, 1, 1], "slot {slot:?}");
+            // A bucket counter costs 1 whatever its hits (one field): 4096 of them fill a call
+            // only by their number, so these three share one.
+            let width = Precision::Buckets(Duration::from_millis(100));
+            let queue = [4000, 1_000_000, 4096]
+                .map(|hits| counted(slot, hits, width))
+                .into_iter()
+                .collect();
+            assert_eq!(
+                batches(queue, DEFAULT_MAX_CALL_HITS).len(),
+                1,
+                "slot {slot:?}"
+            );
+        }
     }
 
     #[tokio::test]

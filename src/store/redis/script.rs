@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::store::{Counter, CounterResult, StoreError};
+use crate::store::{Counter, CounterResult, MAX_WINDOW, StoreError};
 
 /// The script (see `sliding_window.lua` for the algorithm). redis-rs sends it by SHA (`EVALSHA`) and
 /// loads it on `NOSCRIPT`, so a restarted or new Redis node needs no preparation.
@@ -25,8 +25,8 @@ pub fn take_back_buckets(key: &str, log: &str, bucket: u64, hits: u64) -> ::redi
         .clone()
 }
 
-/// Largest limit, hit count or window (µs) sent to Lua, whose numbers are doubles: exact integers
-/// up to 2^53. A limit of 2^50 is unlimited in practice; a window of 2^50 µs is 35 years.
+/// Largest limit or hit count sent to Lua, whose numbers are doubles: exact integers up to 2^53.
+/// A limit of 2^50 is unlimited in practice. Windows are bounded by [`MAX_WINDOW`] instead.
 const LUA_MAX: u64 = 1 << 50;
 
 const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -192,10 +192,10 @@ fn bucket_width_micros(c: &Counter) -> u64 {
     }
 }
 
+/// The window in microseconds, at most [`MAX_WINDOW`] (what validation lets through): a hit's time
+/// plus the window stays an exact integer in Lua.
 pub fn window_micros(window: Duration) -> u64 {
-    u64::try_from(window.as_micros())
-        .unwrap_or(u64::MAX)
-        .min(LUA_MAX)
+    u64::try_from(window.min(MAX_WINDOW).as_micros()).unwrap_or(u64::MAX)
 }
 
 /// One counter as the script reported it.

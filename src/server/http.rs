@@ -1,0 +1,140 @@
+//! The HTTP port's connections, served with hyper (HTTP/1.1 and HTTP/2) under the server's limits.
+//!
+//! Why not `axum::serve`: it gives hyper no timer, which turns off hyper's header-read timeout,
+//! and offers no keepalive, stream limit or body timeout. Here: a request's headers must arrive
+//! within the handshake timeout (hyper's header-read timeout, which also closes an HTTP/1.1
+//! connection idle that long between requests), a request must be read and answered within the
+//! body timeout (else 408), HTTP/2 connections get keepalive PINGs and
+//! [`super::grpc::MAX_CONCURRENT_CALLS`] streams, and on shutdown every connection is asked to
+//! close and, at the drain deadline, closed.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use super::flood::Metered;
+use super::grpc::MAX_CONCURRENT_CALLS;
+use super::limits::ServerLimits;
+use super::{Handoff, stopped, take_over};
+
+/// Serves the HTTP connections handed to this worker until `stop`, then lets them finish their
+/// requests until `drain_over`.
+pub async fn serve(
+    mut handoffs: mpsc::UnboundedReceiver<Handoff>,
+    app: Router,
+    limits: &ServerLimits,
+    stop: watch::Receiver<bool>,
+    drain_over: watch::Receiver<bool>,
+) {
+    let body_timeout = limits.body_timeout;
+    let app = app.layer(axum::middleware::from_fn(move |request, next| {
+        within(body_timeout, request, next)
+    }));
+    let builder = builder(limits);
+    let handshake_timeout = limits.handshake_timeout;
+    let mut connections = JoinSet::new();
+    let mut stopping = std::pin::pin!(stopped(stop.clone()));
+    let mut open = true;
+    loop {
+        tokio::select! {
+            () = &mut stopping => break,
+            handoff = handoffs.recv(), if open => match handoff {
+                Some((stream, ticket)) => {
+                    let Some((io, _peer)) = take_over(stream) else { continue };
+                    let connection = Connection {
+                        builder: builder.clone(),
+                        app: app.clone(),
+                        handshake_timeout,
+                        stop: stop.clone(),
+                        drain_over: drain_over.clone(),
+                    };
+                    connections.spawn(async move {
+                        connection.serve(io).await;
+                        drop(ticket);
+                    });
+                }
+                // The acceptor stopped: only the shutdown signal ends this server now.
+                None => open = false,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// What one connection is served with.
+struct Connection {
+    builder: Builder<TokioExecutor>,
+    app: Router,
+    handshake_timeout: Duration,
+    stop: watch::Receiver<bool>,
+    drain_over: watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Serves `io` until the client closes it; on `stop`, asks it to close; at `drain_over`,
+    /// closes it.
+    async fn serve(self, io: TcpStream) {
+        // hyper has no timeout for the first byte (it waits for it to tell HTTP/1.1 from
+        // HTTP/2): a client that sends nothing is closed here.
+        let started = tokio::time::timeout(self.handshake_timeout, io.readable()).await;
+        if !matches!(started, Ok(Ok(()))) {
+            return;
+        }
+        let connection = self.builder.serve_connection(
+            TokioIo::new(Metered::new(io)),
+            TowerToHyperService::new(self.app),
+        );
+        let mut connection = std::pin::pin!(connection);
+        let finished = tokio::select! {
+            _ = connection.as_mut() => true,
+            () = stopped(self.stop) => false,
+        };
+        if !finished {
+            connection.as_mut().graceful_shutdown();
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stopped(self.drain_over) => {}
+            }
+        }
+    }
+}
+
+/// hyper's connection settings from the limits.
+fn builder(limits: &ServerLimits) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.handshake_timeout);
+    let keepalive = (!limits.keepalive_interval.is_zero()).then_some(limits.keepalive_interval);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(keepalive)
+        .keep_alive_timeout(limits.keepalive_interval)
+        .max_concurrent_streams(MAX_CONCURRENT_CALLS)
+        .max_header_list_size(16 << 10);
+    builder
+}
+
+/// Runs a request within `timeout` (a body trickled byte by byte included): 408 when it passes.
+async fn within(timeout: Duration, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            "the request did not arrive within the body timeout\n",
+        )
+            .into_response(),
+    }
+}
