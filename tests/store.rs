@@ -917,8 +917,8 @@ fn bucketed(c: Counter, width: Duration) -> Counter {
 }
 
 /// What a bucket counter must answer from the admitted hits alone: every hit whose bucket
-/// overlaps `(now - window, now]` counts, its whole bucket included. Times in µs since the store's
-/// creation (where its buckets start).
+/// overlaps `(now - window, now]` counts, its whole bucket included; a check (0 hits) fits a full
+/// counter, as with the log. Times in µs since the store's creation (where its buckets start).
 fn buckets_fit(
     admitted: &[(u64, u64)],
     now: u64,
@@ -933,7 +933,7 @@ fn buckets_fit(
         .filter(|(t, _)| t / width + span >= current)
         .map(|(_, h)| h)
         .sum();
-    hits <= limit && counted + hits.max(1) <= limit
+    hits <= limit && counted + hits <= limit
 }
 
 /// Most admitted hits in any interval of length `len`, from the admissions `(time, hits)` in time
