@@ -826,6 +826,39 @@ fn precision_is_given_or_chosen_per_limit() {
     );
 }
 
+/// `precision` is a field of the YAML reader like any other: taken from a merge key (`<<`), and
+/// overridden by the map that merges it.
+#[test]
+fn precision_merges_like_any_limit_field() {
+    let merged = precisions(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n\
+         \x20     - &day {unit: day, requests_per_unit: 1000, precision: 1h}\n\
+         \x20     - {<<: *day, unit: hour, precision: 1m}\n\
+         \x20     - {<<: *day, unit: minute, precision: exact}\n",
+    );
+    let secs = Duration::from_secs;
+    assert_eq!(
+        merged,
+        [
+            Precision::Buckets(secs(3600)),
+            Precision::Buckets(secs(60)),
+            Precision::Exact,
+        ]
+    );
+    let inherited = precisions(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n\
+         \x20     - &day {unit: day, requests_per_unit: 1000, precision: 1h}\n\
+         \x20     - {<<: *day, unit: week}\n",
+    );
+    assert_eq!(
+        inherited,
+        [
+            Precision::Buckets(secs(3600)),
+            Precision::Buckets(secs(3600))
+        ]
+    );
+}
+
 // ---- reloads ----
 
 /// Reload tests install SIGHUP handlers and one sends SIGHUP to this process: run them one at
