@@ -31,7 +31,7 @@ use slidegate::metrics::Metrics;
 use slidegate::service::grpc::{from_proto, to_proto};
 use slidegate::store::key::TagTemplate;
 use slidegate::store::redis::DenyCache;
-use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore};
+use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore, Precision};
 
 const START: Duration = Duration::from_secs(1_700_000_000);
 
@@ -113,7 +113,7 @@ fn key(c: &mut Criterion) {
         b.iter(|| {
             client
                 .tag([black_box("0-4711")].into_iter())
-                .counter_key(window)
+                .counter_key(window, Precision::Exact)
         })
     });
     let user_path = TagTemplate::new("edge")
@@ -123,7 +123,7 @@ fn key(c: &mut Criterion) {
         b.iter(|| {
             user_path
                 .tag([black_box("alice"), black_box("/api/v1/orders")].into_iter())
-                .counter_key(window)
+                .counter_key(window, Precision::Exact)
         })
     });
     let remote_address = TagTemplate::new("edge").with_key("remote_address");
@@ -131,7 +131,7 @@ fn key(c: &mut Criterion) {
         b.iter(|| {
             remote_address
                 .tag([black_box("2001:db8::1 {x}")].into_iter())
-                .counter_key(window)
+                .counter_key(window, Precision::Exact)
         })
     });
 
@@ -152,7 +152,10 @@ fn key(c: &mut Criterion) {
     group.bench_function("template_2_windows", |b| {
         b.iter(|| {
             let mut tag = user_path.tag([black_box("alice"), black_box("/login")].into_iter());
-            [tag.counter_key(window), tag.counter_key(minute)]
+            [
+                tag.counter_key(window, Precision::Exact),
+                tag.counter_key(minute, Precision::Exact),
+            ]
         })
     });
     group.finish();
@@ -165,6 +168,7 @@ fn counter(key: CounterKey, limit: u64, window: Duration) -> Counter {
         window,
         hits: 1,
         shadow: false,
+        precision: Precision::Exact,
     }
 }
 

@@ -72,7 +72,7 @@ use rand_distr::{Distribution, Zipf};
 use tokio::net::TcpStream;
 
 use crate::server::grpc::encode_frame;
-use crate::store::{Counter, CounterKey, RedisOptions, RedisStore, Store};
+use crate::store::{Counter, CounterKey, Precision, RedisOptions, RedisStore, Store};
 
 /// Errors that stop a benchmark (all but a thread's crash before it measures anything).
 #[derive(Debug, thiserror::Error)]
@@ -671,6 +671,7 @@ fn direct_counters(request: &RateLimitRequest) -> Vec<Counter> {
             window: DIRECT_WINDOW,
             hits,
             shadow: false,
+            precision: Precision::Exact,
         })
         .collect()
 }

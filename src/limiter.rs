@@ -12,9 +12,10 @@
 //!    envoyproxy/ratelimit (the override is never shadow, has no name and no `replaces`);
 //! 4. applies `replaces`: a matched rule whose `name` is in another matched rule's `replaces` is
 //!    skipped (status OK without a limit; its counters are untouched);
-//! 5. builds one [`Counter`] per limit of every remaining rule, within the request's hit budget
-//!    (a descriptor past it is over limit, and then no counter of the request records hits), and
-//!    asks the store **once**, so all counters of the request are decided all-or-nothing;
+//! 5. builds one [`Counter`] per limit of every remaining rule, within the request's budget of
+//!    hits on exact logs (a descriptor past it is over limit, and then no counter of the request
+//!    records hits), and asks the store **once**, so all counters of the request are decided
+//!    all-or-nothing;
 //! 6. reports each descriptor's most restrictive counter (an over-limit one first, the one that
 //!    frees up last; else the one with the fewest hits remaining).
 //!
@@ -36,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::Scratch;
-use crate::config::{DomainRules, Limit, LiveRules, RuleMatch, RuleSet, Unit};
+use crate::config::{DomainRules, Limit, LiveRules, Precision, RuleMatch, RuleSet, Unit};
 use crate::metrics::{DecisionLabel, Metrics};
 use crate::store::key::CounterTag;
 use crate::store::{Counter, CounterResult, FailureMode, Store, StoreError};
@@ -57,9 +58,11 @@ pub struct RequestLimits {
     /// Longest domain and key (longer: refused); a longer value is counted under its SHA-256
     /// digest instead of its text, so a counter's key stays small and the limit still holds.
     pub max_value_bytes: usize,
-    /// Most hits one request may add, summed over its counters (a counter checked with 0 hits
-    /// counts as 1). A sliding log keeps every hit (one sorted-set member each in Redis), so this
-    /// bounds what one request costs the store. A limited descriptor past the budget is
+    /// Most hits one request may add to counters kept as exact logs, summed over them (a log
+    /// checked with 0 hits, and every bucket counter, counts as 1). A sliding log keeps every hit
+    /// (one sorted-set member each in Redis), so this bounds what one request costs the store. A
+    /// bucket counter adds any number of hits in one field at the same cost, so its hits are free
+    /// (its limit still bounds what is admitted). A limited descriptor past the budget is
     /// `OVER_LIMIT` without being counted, and nothing of the denied request is recorded.
     pub max_hits: u64,
 }
@@ -221,14 +224,27 @@ enum Plan<'a> {
 }
 
 struct Limited<'a> {
-    /// The metrics `rule` label.
+    /// The metrics `rule` label of the descriptor.
     label: Cow<'a, str>,
     name: Option<&'a str>,
+    /// A limit's own `name` replaces `label` when that limit decides (not where the rule's
+    /// metrics show request values: `detailed_metric`, `value_to_metric`).
+    own_labels: bool,
     /// In the order of the descriptor's counters.
     limits: Cow<'a, [Limit]>,
     shadow: bool,
     hits: u64,
     counters: Range<usize>,
+}
+
+impl Limited<'_> {
+    /// The metrics `rule` label when the limit at `i` decides: its own name where it has one.
+    fn label_of(&self, i: usize) -> &str {
+        match self.limits.get(i).and_then(|l| l.name.as_deref()) {
+            Some(name) if self.own_labels => name,
+            _ => &self.label,
+        }
+    }
 }
 
 impl RateLimiter {
@@ -314,12 +330,8 @@ impl RateLimiter {
             .zip(matches)
             .map(|(descriptor, matched)| {
                 let hits = descriptor.hits_addend.unwrap_or(request.hits_addend.max(1));
-                let is_replaced = |m: &RuleMatch<'_>| {
-                    m.rule
-                        .name
-                        .as_deref()
-                        .is_some_and(|name| replacing.contains(&name))
-                };
+                let is_replaced =
+                    |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
                 match (descriptor.limit, matched) {
                     (Some(limit), _) => {
                         let limited = override_plan(descriptor, limit, hits);
@@ -339,6 +351,7 @@ impl RateLimiter {
                             // Moved out: the tag below needs only the match's entries.
                             label: std::mem::take(&mut m.stats_name),
                             name: m.rule.name.as_deref(),
+                            own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
                             hits,
@@ -360,9 +373,8 @@ impl RateLimiter {
         (plans, counters)
     }
 
-    /// Gives a limited descriptor its counters when its hits fit in the request's `budget`, or
-    /// plans it over limit. A counter checked with 0 hits still costs 1: the budget also bounds
-    /// the number of counters, and so the store's work for one request.
+    /// Gives a limited descriptor its counters when its cost ([`budget_cost`]) fits in the
+    /// request's `budget`, or plans it over limit.
     fn admit<'a>(
         &self,
         counters: &mut Scratch<Counter>,
@@ -370,10 +382,7 @@ impl RateLimiter {
         mut limited: Limited<'a>,
         tag: impl FnOnce() -> CounterTag,
     ) -> Plan<'a> {
-        let cost = limited
-            .hits
-            .max(1)
-            .saturating_mul(u64::try_from(limited.limits.len()).unwrap_or(u64::MAX));
+        let cost = budget_cost(&limited.limits, limited.hits);
         if cost > *budget {
             return Plan::OverBudget(limited);
         }
@@ -449,11 +458,12 @@ impl RateLimiter {
         for limit in limits {
             let window = limit.window();
             counters.push(Counter {
-                key: tag.counter_key(window),
+                key: tag.counter_key(window, limit.precision),
                 limit: limit.requests_per_unit,
                 window,
                 hits,
                 shadow: rule_shadow || self.options.shadow_mode,
+                precision: limit.precision,
             });
         }
         start..counters.len()
@@ -491,7 +501,13 @@ impl RateLimiter {
                 && range
                     .clone()
                     .any(|i| u128::from(results[i].count) * 5 >= u128::from(counters[i].limit) * 4);
-            let code = self.record(domain, limited, result.over_limit, near_limit);
+            let code = self.record(
+                domain,
+                limited,
+                chosen - range.start,
+                result.over_limit,
+                near_limit,
+            );
             let enforced_over = code == Code::OverLimit;
             let current = header_choice.as_ref().map(|(i, over, _)| (*i, *over));
             let enforced = !counters[chosen].shadow;
@@ -501,7 +517,7 @@ impl RateLimiter {
             let limit = &limited.limits[chosen - range.start];
             statuses.push(DescriptorStatus {
                 code,
-                current_limit: Some(current_limit(limited.name, limit)),
+                current_limit: Some(current_limit(limited, limit)),
                 limit_remaining: saturate_u32(result.remaining),
                 duration_until_reset: Some(result.reset_after),
             });
@@ -563,11 +579,11 @@ impl RateLimiter {
         over: bool,
     ) -> DescriptorStatus {
         DescriptorStatus {
-            code: self.record(domain, limited, over, false),
+            code: self.record(domain, limited, 0, over, false),
             current_limit: limited
                 .limits
                 .first()
-                .map(|limit| current_limit(limited.name, limit)),
+                .map(|limit| current_limit(limited, limit)),
             limit_remaining: 0,
             duration_until_reset: None,
         }
@@ -590,16 +606,24 @@ impl RateLimiter {
         }
     }
 
-    /// Counts a limited descriptor's decision and returns its code: over limit only when the
-    /// rule enforces (a shadow rule reports OK; the global shadow mode acts on the overall code).
-    fn record(&self, domain: &str, limited: &Limited<'_>, over: bool, near_limit: bool) -> Code {
+    /// Counts a limited descriptor's decision, under the label of the limit at `deciding`, and
+    /// returns its code: over limit only when the rule enforces (a shadow rule reports OK; the
+    /// global shadow mode acts on the overall code).
+    fn record(
+        &self,
+        domain: &str,
+        limited: &Limited<'_>,
+        deciding: usize,
+        over: bool,
+        near_limit: bool,
+    ) -> Code {
         let decision = match (over, limited.shadow || self.options.shadow_mode) {
             (false, _) => DecisionLabel::Allowed,
             (true, false) => DecisionLabel::Denied,
             (true, true) => DecisionLabel::ShadowDenied,
         };
         self.metrics
-            .rule(domain, &limited.label)
+            .rule(domain, limited.label_of(deciding))
             .record(decision, limited.hits, near_limit);
         if over && !limited.shadow {
             Code::OverLimit
@@ -768,27 +792,47 @@ fn saturate_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-fn current_limit(name: Option<&str>, limit: &Limit) -> CurrentLimit {
+/// The limit a descriptor reports, named by its own `name`, else by the rule's.
+fn current_limit(limited: &Limited<'_>, limit: &Limit) -> CurrentLimit {
     CurrentLimit {
-        name: name.map(str::to_string),
+        name: limit.name.as_deref().or(limited.name).map(str::to_string),
         requests_per_unit: saturate_u32(limit.requests_per_unit),
         unit: limit.unit,
         window: limit.window(),
     }
 }
 
+/// What a descriptor's counters cost of the request's hit budget ([`RequestLimits::max_hits`]):
+/// its hits on each exact log (at least 1, so the budget also bounds the number of counters and
+/// the store's work for one request), 1 for each bucket counter, whose cost does not grow with
+/// its hits.
+fn budget_cost(limits: &[Limit], hits: u64) -> u64 {
+    limits.iter().fold(0u64, |sum, limit| {
+        let cost = match limit.precision {
+            Precision::Exact => hits.max(1),
+            Precision::Buckets(_) => 1,
+        };
+        sum.saturating_add(cost)
+    })
+}
+
 /// A descriptor with a limit override: one counter on the request's entries, never shadow,
 /// no name (as in envoyproxy/ratelimit).
 fn override_plan<'a>(descriptor: &Descriptor<'_>, limit: LimitOverride, hits: u64) -> Limited<'a> {
+    let requests_per_unit = u64::from(limit.requests_per_unit);
+    // Validated: an override without a known unit is rejected before planning.
+    let unit = limit.unit.unwrap_or(Unit::Second);
     let limit = Limit {
-        requests_per_unit: u64::from(limit.requests_per_unit),
-        // Validated: an override without a known unit is rejected before planning.
-        unit: limit.unit.unwrap_or(Unit::Second),
+        requests_per_unit,
+        unit,
         unit_multiplier: 1,
+        precision: Precision::automatic(requests_per_unit, unit.duration()),
+        name: None,
     };
     Limited {
         label: Cow::Owned(override_label(&descriptor.entries)),
         name: None,
+        own_labels: false,
         limits: Cow::Owned(vec![limit]),
         shadow: false,
         hits,
@@ -863,6 +907,14 @@ descriptors:
     rate_limit: { name: general, unit: minute, requests_per_unit: 1 }
   - key: specific
     rate_limit: { name: specific, unit: minute, requests_per_unit: 5, replaces: [{ name: general }] }
+  - key: named
+    rate_limits:
+      - { name: per_second, unit: second, requests_per_unit: 2 }
+      - { name: per_hour, unit: hour, requests_per_unit: 3, precision: 1m }
+  - key: over_named
+    rate_limit: { unit: minute, requests_per_unit: 100, replaces: [{ name: per_hour }] }
+  - key: tokens
+    rate_limit: { unit: minute, requests_per_unit: 100000, precision: 1s }
 "#;
 
     struct Fixture {
@@ -1136,6 +1188,61 @@ descriptors:
         );
     }
 
+    /// Each limit of `rate_limits` reports and counts under its own name when it decides, and
+    /// `replaces` may name any of them. The hour is kept in buckets of a minute: its reset and
+    /// `Retry-After` come when the first hits' bucket leaves the hour, up to a minute late.
+    #[tokio::test]
+    async fn each_limit_reports_and_counts_under_its_own_name() {
+        let f = fixture(headers_on());
+        let req = request(vec![desc(&[("named", "a")])]);
+        let name = |r: &Response| {
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .and_then(|l| l.name.clone())
+        };
+        for _ in 0..2 {
+            assert_eq!(call(&f, &req).await.overall, Code::Ok);
+        }
+        let r = call(&f, &req).await;
+        assert_eq!(r.overall, Code::OverLimit);
+        assert_eq!(name(&r).as_deref(), Some("per_second"));
+        f.clock.advance(Duration::from_secs(1));
+        let r = call(&f, &req).await;
+        assert_eq!(r.overall, Code::Ok);
+        assert_eq!(
+            name(&r).as_deref(),
+            Some("per_hour"),
+            "the hour is now fuller"
+        );
+        f.clock.advance(Duration::from_secs(1));
+        let r = call(&f, &req).await;
+        assert_eq!(r.overall, Code::OverLimit);
+        assert_eq!(name(&r).as_deref(), Some("per_hour"));
+        let reset = r.statuses[0].duration_until_reset.unwrap_or_default();
+        let hour = Duration::from_secs(3600);
+        assert!(reset > hour - Duration::from_secs(2), "{reset:?}");
+        assert!(reset <= hour + Duration::from_secs(60), "{reset:?}");
+        let retry: Option<u64> = r
+            .headers
+            .iter()
+            .find(|(name, _)| *name == "retry-after")
+            .and_then(|(_, value)| value.parse().ok());
+        assert_eq!(retry, Some(ceil_secs(reset)), "{:?}", r.headers);
+        let text = f.metrics.render();
+        for line in [
+            r#"slidegate_decisions_total{decision="denied",domain="api",rule="per_second"} 1"#,
+            r#"slidegate_decisions_total{decision="denied",domain="api",rule="per_hour"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // `replaces` names the second limit: the whole rule is skipped.
+        let both = request(vec![desc(&[("named", "b")]), desc(&[("over_named", "b")])]);
+        let r = call(&f, &both).await;
+        assert_eq!(r.statuses[0], NO_LIMIT);
+        assert_eq!(r.statuses[1].limit_remaining, 99);
+    }
+
     #[tokio::test]
     async fn global_shadow_mode_never_denies() {
         let f = fixture(Options {
@@ -1301,6 +1408,36 @@ descriptors:
         let mut free = desc(&[("nothing", "x")]);
         free.hits_addend = Some(1000);
         assert_eq!(call(&f, &request(vec![free])).await.overall, Code::Ok);
+    }
+
+    #[tokio::test]
+    async fn bucket_hits_are_free_of_the_budget() {
+        let f = fixture(Options {
+            limits: RequestLimits {
+                max_hits: 4,
+                ..RequestLimits::default()
+            },
+            ..Options::default()
+        });
+        // 50,000 hits on a bucket counter cost 1, so 3 more on an exact log fit the budget of 4.
+        let mut tokens = desc(&[("tokens", "t")]);
+        tokens.hits_addend = Some(50_000);
+        let mut user = desc(&[("user", "t")]);
+        user.hits_addend = Some(3);
+        let r = call(&f, &request(vec![tokens.clone(), user.clone()])).await;
+        assert_eq!(r.overall, Code::Ok);
+        assert_eq!(r.statuses[0].limit_remaining, 50_000);
+        assert_eq!(r.statuses[1].limit_remaining, 0);
+        // The bucket counter still counts 1 of the budget: with 4 hits on the log, the request is
+        // over it, denied, and records nothing on either.
+        let mut other = desc(&[("user", "u")]);
+        other.hits_addend = Some(4);
+        let r = call(&f, &request(vec![tokens.clone(), other])).await;
+        assert_eq!(r.overall, Code::OverLimit);
+        assert_eq!(r.statuses[1].code, Code::OverLimit, "past the budget");
+        tokens.hits_addend = Some(0);
+        let r = call(&f, &request(vec![tokens])).await;
+        assert_eq!(r.statuses[0].limit_remaining, 50_000);
     }
 
     /// A store that always fails, for the failure modes.

@@ -53,8 +53,9 @@ enum Command {
     /// Serves gRPC (Envoy RateLimitService v3, health, reflection) and HTTP (/json, /check,
     /// /healthcheck, /rlconfig, /metrics). The default.
     Serve(ServeArgs),
-    /// Checks rule files: prints every error (exit 1) or a summary (exit 0), and a warning for
-    /// every file skipped and every value read differently from a strict YAML reading.
+    /// Checks rule files: prints every error (exit 1), or a summary and every rule with each
+    /// limit's window and representation (exact log or buckets of a width) (exit 0); and a warning
+    /// for every file skipped and every value read differently from a strict YAML reading.
     CheckConfig {
         /// A rule file, or a directory of rule files (every file not starting with `.`).
         path: PathBuf,
@@ -174,10 +175,12 @@ struct ServeArgs {
     /// client can choose, is not refused: it is counted under its SHA-256 digest.
     #[arg(long, env = "SLIDEGATE_MAX_VALUE_BYTES", default_value_t = RequestLimits::default().max_value_bytes)]
     max_value_bytes: usize,
-    /// Most hits one request may add, summed over its counters (`hits_addend`,
-    /// `x-ratelimit-hits`; a counter checked with 0 hits counts 1). A sliding log stores every
-    /// hit, so this bounds the store's work for one request (and for one Redis script call). A
-    /// limited descriptor past it is answered over limit, and the request records nothing.
+    /// Most hits one request may add to limits kept as exact logs, summed over its counters
+    /// (`hits_addend`, `x-ratelimit-hits`; a log checked with 0 hits counts 1). A sliding log
+    /// stores every hit, so this bounds the store's work for one request (and for one Redis script
+    /// call). Limits kept as buckets (`precision`) take any number of hits, each bucket counter
+    /// counting 1: a bucket adds them in one count, at the same cost. A limited descriptor past it
+    /// is answered over limit, and the request records nothing.
     #[arg(long, env = "SLIDEGATE_MAX_HITS", default_value_t = RequestLimits::default().max_hits)]
     max_hits: u64,
     /// Largest HTTP request body, in bytes (larger: 413).
@@ -318,7 +321,8 @@ fn from_matches(matches: &clap::ArgMatches) -> Cli {
 
 /// `slidegate check-config PATH`: warnings (`warning: ` lines: files skipped, values read
 /// differently from a strict YAML reading, rules no request can reach) and errors on stderr, exit
-/// 1 on any error; else a summary on stdout and exit 0.
+/// 1 on any error; else a summary and every rule (with each limit's window and representation) on
+/// stdout and exit 0.
 fn check_config(path: &Path, max_entries: usize) -> ExitCode {
     let checked = slidegate::config::check_path(path);
     for warning in &checked.warnings {
@@ -333,6 +337,10 @@ fn check_config(path: &Path, max_entries: usize) -> ExitCode {
             println!("OK: {} rules in {domains} domains", rules.rule_count());
             if domains == 0 {
                 println!("(no rules: every request would be answered OK)");
+            }
+            // Every limit with its window and representation (exact log or buckets), as chosen.
+            for rule in rules.rules() {
+                println!("{rule}");
             }
             ExitCode::SUCCESS
         }
@@ -615,6 +623,9 @@ fn load_rules(config: &Path, max_entries: usize) -> anyhow::Result<RuleSet> {
         path = %config.display(),
         "rules loaded"
     );
+    for rule in rules.rules() {
+        tracing::info!(%rule, "rule");
+    }
     for warning in unreachable_rules(&rules, max_entries) {
         tracing::warn!("{warning}");
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use proptest::prelude::*;
 use slidegate::config::reload::{ConfigStatus, ReloadHook, ReloadOutcome, Reloader};
-use slidegate::config::{LiveRules, RuleSet, Unit, load_path, load_sources};
+use slidegate::config::{LiveRules, Precision, RuleSet, Unit, load_path, load_sources};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config")
@@ -667,12 +667,18 @@ fn rule_lines_for_rlconfig() {
             .clone()
     };
     let line = find("matching user_id.path: ");
-    assert!(line.contains("2 per 30 SECOND (window 30s)"), "{line}");
+    assert!(
+        line.contains("2 per 30 SECOND (window 30s, exact)"),
+        "{line}"
+    );
     assert!(line.contains("name=per_user_path"), "{line}");
     assert!(line.contains("matching.yaml]"), "{line}");
     let line = find("matching client: ");
     assert!(
-        line.contains("5 per SECOND (window 1s), 100 per 5 MINUTE (window 5m)"),
+        line.contains(
+            "5 per SECOND (window 1s, exact), \
+             100 per 5 MINUTE (window 5m, exact, name=client_burst_and_sustained)"
+        ),
         "{line}"
     );
     assert!(find("matching tier_gold: ").contains("replaces=per_user_path"));
@@ -686,7 +692,7 @@ fn default_config_directory_loads() {
     let rules = load_path(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config"))
         .unwrap_or_else(|e| panic!("config/: {e}"));
     assert_eq!(rules.domain_names(), ["edge"]);
-    assert_eq!(rules.rule_count(), 5);
+    assert_eq!(rules.rule_count(), 6);
     let edge = rules.domain("edge").expect("edge");
     let check = |entries: &[(&str, &str)], stats: &str, windows: &[(u64, u64)]| {
         let m = edge
@@ -723,6 +729,11 @@ fn default_config_directory_loads() {
         &[(50, 1), (1000, 300)]
     ));
     assert!(check(&[("plan", "free")], "plan_free", &[(10, 60)]));
+    assert!(!check(
+        &[("api_key", "k1")],
+        "api_key_per_second",
+        &[(100, 1), (1_000_000, 86_400)]
+    ));
     assert!(edge.match_entries(&[("plan", "pro")]).is_none());
     assert!(edge.match_entries(&[("user_id", "u1")]).is_none());
 }
@@ -738,6 +749,20 @@ fn check_config_command() {
         .output()
         .expect("run slidegate");
     assert!(out.status.success(), "{out:?}");
+    // Every limit with its representation, as chosen when `precision` is not given.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("edge remote_address: 1000 per MINUTE (window 1m, buckets of 1s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("100 per MINUTE (window 1m, exact) name=login_per_user"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1000000 per DAY (window 1day, buckets of 24m, name=api_key_per_day)"),
+        "{stdout}"
+    );
 
     let out = Command::new(bin)
         .arg("check-config")
@@ -749,6 +774,88 @@ fn check_config_command() {
     assert!(
         stderr.contains("unknown_key_ratelimit.yaml: descriptors[0]: unknown field `ratelimit`"),
         "{stderr}"
+    );
+}
+
+// ---- precision ----
+
+/// The precisions of the limits of the only rule of `yaml`.
+fn precisions(yaml: &str) -> Vec<Precision> {
+    let set = load_sources(&[("p.yaml".to_owned(), yaml.to_owned())]).expect("loads");
+    let rules = set.rules();
+    assert_eq!(rules.len(), 1);
+    rules[0].limits.iter().map(|l| l.precision).collect()
+}
+
+/// `precision: exact` or a bucket width; without it the log for small limits (up to 128 hits per
+/// window) and sixtieths (fiftieths for windows a sixtieth cannot split) above.
+#[test]
+fn precision_is_given_or_chosen_per_limit() {
+    let given = precisions(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n\
+         \x20     - {unit: minute, requests_per_unit: 100000, precision: exact}\n\
+         \x20     - {unit: day, requests_per_unit: 10, precision: 1h}\n\
+         \x20     - {unit: second, unit_multiplier: 30, requests_per_unit: 5, precision: 500ms}\n",
+    );
+    let secs = Duration::from_secs;
+    assert_eq!(
+        given,
+        [
+            Precision::Exact,
+            Precision::Buckets(secs(3600)),
+            Precision::Buckets(Duration::from_millis(500)),
+        ]
+    );
+    let chosen = precisions(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n\
+         \x20     - {unit: minute, requests_per_unit: 100}\n\
+         \x20     - {unit: hour, requests_per_unit: 128}\n\
+         \x20     - {unit: hour, unit_multiplier: 2, requests_per_unit: 129}\n\
+         \x20     - {unit: day, requests_per_unit: 10000000}\n\
+         \x20     - {unit: second, requests_per_unit: 1000}\n",
+    );
+    assert_eq!(
+        chosen,
+        [
+            Precision::Exact,
+            Precision::Exact,
+            Precision::Buckets(secs(120)),
+            Precision::Buckets(secs(1440)),
+            Precision::Buckets(Duration::from_millis(20)),
+        ]
+    );
+}
+
+/// `precision` is a field of the YAML reader like any other: taken from a merge key (`<<`), and
+/// overridden by the map that merges it.
+#[test]
+fn precision_merges_like_any_limit_field() {
+    let merged = precisions(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n\
+         \x20     - &day {unit: day, requests_per_unit: 1000, precision: 1h}\n\
+         \x20     - {<<: *day, unit: hour, precision: 1m}\n\
+         \x20     - {<<: *day, unit: minute, precision: exact}\n",
+    );
+    let secs = Duration::from_secs;
+    assert_eq!(
+        merged,
+        [
+            Precision::Buckets(secs(3600)),
+            Precision::Buckets(secs(60)),
+            Precision::Exact,
+        ]
+    );
+    let inherited = precisions(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n\
+         \x20     - &day {unit: day, requests_per_unit: 1000, precision: 1h}\n\
+         \x20     - {<<: *day, unit: week}\n",
+    );
+    assert_eq!(
+        inherited,
+        [
+            Precision::Buckets(secs(3600)),
+            Precision::Buckets(secs(3600))
+        ]
     );
 }
 

@@ -101,6 +101,27 @@ fn envoy_enforces_default_rules_on_redis_and_fails_open() {
     let keys: u64 = redis.cli(&["DBSIZE"]).parse().unwrap_or(0);
     assert!(keys > 0, "no counters in Redis (DBSIZE {keys})");
 
+    // The day quota per API key: counted in 24-minute buckets (a Redis hash, expiring after the
+    // day and a bucket), its burst limit in an exact log, both in the same decision.
+    for i in 0..3 {
+        let r = http_get(envoy.port, "/hello", &[("x-api-key", "k1")]);
+        assert_eq!(r.status, 200, "API key request {i}: {r:?}");
+    }
+    let day = "slidegate:{edge:api_key=k1}86400000b1440000000";
+    assert_eq!(redis.cli(&["TYPE", day]), "hash");
+    // `t`: the hits of the buckets in the window.
+    assert_eq!(
+        redis.cli(&["HGET", day, "t"]),
+        "3",
+        "the day quota counted every request"
+    );
+    let ttl: u64 = redis.cli(&["TTL", day]).parse().unwrap_or(0);
+    assert!((86_400..=86_400 + 1_440).contains(&ttl), "TTL {ttl}");
+    assert_eq!(
+        redis.cli(&["TYPE", "slidegate:{edge:api_key=k1}1000"]),
+        "zset"
+    );
+
     // slidegate gone: Envoy fails open (failure_mode_deny: false), even for alice.
     slidegate.stop();
     for _ in 0..3 {

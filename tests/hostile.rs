@@ -37,7 +37,7 @@ use slidegate::config::{RuleSet, load_sources};
 use slidegate::limiter::{LimitError, Options, RateLimiter, RequestLimits};
 use slidegate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE};
 use slidegate::service::{check, json};
-use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore};
+use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore, Precision};
 use support::{
     RedisServer, Slidegate, call, descriptor, grpc_frame, http_status, promtool_check_metrics,
     raw_should_rate_limit, rss_kib, wait_until,
@@ -655,7 +655,7 @@ descriptors:
     detailed_metric: true
     rate_limit: { unit: minute, requests_per_unit: 1000 }
   - key: big
-    rate_limit: { unit: hour, requests_per_unit: 1000000000 }
+    rate_limit: { unit: hour, requests_per_unit: 1000000000, precision: exact }
   - key: window
     rate_limit: { unit: second, requests_per_unit: 1000 }
 "#;
@@ -788,7 +788,9 @@ async fn abusive_grpc_requests_are_refused_quickly() {
     }
     // What a client can choose (values, hits) is decided, never refused: a refusal would let
     // the request through uncounted behind Envoy. A long value is counted under its digest;
-    // hits over --max-hits are a deny that records nothing.
+    // hits over --max-hits on an exact log are a deny that records nothing. Client-chosen limits
+    // of 2^32 - 1 per year are kept as buckets (the automatic choice), where any number of hits
+    // is one count: 2^32 - 1 hits on 64 of them fit.
     let decided: Vec<(&str, RateLimitRequest, Code)> = vec![
         (
             "a 1 MiB value",
@@ -798,7 +800,7 @@ async fn abusive_grpc_requests_are_refused_quickly() {
         (
             "2^32 hits on 64 client-chosen limits",
             request((0..64).map(hits_bomb).collect()),
-            Code::OverLimit,
+            Code::Ok,
         ),
         (
             "2^32 request hits on a configured limit of 10^9",
@@ -1000,9 +1002,11 @@ async fn a_message_of_empty_descriptors_is_refused_before_it_is_built() {
 }
 
 /// A sliding log stores every hit (one sorted-set member each in Redis), so `hits_addend` is the
-/// one request field that multiplies work. Against a real Redis: 10^7 hits on a client-chosen
-/// limit of 2^32 - 1 per year are denied before Redis sees them; the largest allowed
-/// (`--max-hits`, 4096 by default) is decided in one call and records exactly that many members.
+/// one request field that multiplies work. Against a real Redis: 4097 hits on an exact log, or
+/// two descriptors of 2049 hits each, are denied before Redis sees them (the budget is the
+/// request's); the largest allowed (`--max-hits`, 4096 by default) is decided in one call and
+/// records exactly that many members. A client-chosen limit of 2^32 - 1 per year is kept as
+/// buckets: 10^7 hits on it are one count in one hash field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hits_are_bounded_before_they_reach_redis() {
     let Some(redis) = RedisServer::start() else {
@@ -1030,23 +1034,30 @@ async fn hits_are_bounded_before_they_reach_redis() {
         requests_per_unit: u32::MAX,
         unit: 6, // YEAR
     };
-    for (hits, limit) in [(10_000_000, Some(forever)), (4097, None)] {
-        let r = call(&mut client, with_hits(hits, limit)).await;
-        assert_eq!(r.overall_code(), Code::OverLimit, "{hits} hits");
-    }
-    // The budget is the request's, not each descriptor's: 64 client-chosen limits of 4096 hits
-    // each (262,144 members, 0.3 s of Redis) are denied as a whole and record nothing.
-    let bomb: Vec<RateLimitDescriptor> = (0..64)
+    let r = call(&mut client, with_hits(4097, None)).await;
+    assert_eq!(r.overall_code(), Code::OverLimit, "4097 hits");
+    // The budget is the request's, not each descriptor's: two descriptors of 2049 hits on exact
+    // logs are denied as a whole and record nothing.
+    let pair: Vec<RateLimitDescriptor> = (0..2)
         .map(|i| {
-            let mut d = descriptor(&[("anything", &format!("bomb{i}"))]);
-            d.hits_addend = Some(UInt64Value { value: 4096 });
-            d.limit = Some(forever);
+            let mut d = descriptor(&[("big", &format!("pair{i}"))]);
+            d.hits_addend = Some(UInt64Value { value: 2049 });
             d
         })
         .collect();
-    let r = call(&mut client, request(bomb)).await;
+    let r = call(&mut client, request(pair)).await;
     assert_eq!(r.overall_code(), Code::OverLimit);
     assert_eq!(redis.cli(&["DBSIZE"]), "0");
+    let r = call(&mut client, with_hits(10_000_000, Some(forever))).await;
+    assert_eq!(r.overall_code(), Code::Ok);
+    let buckets = "slidegate:{hostile:big=h}31536000000b525600000000";
+    assert_eq!(redis.cli(&["HGET", buckets, "t"]), "10000000");
+    assert_eq!(
+        redis.cli(&["HLEN", buckets]),
+        "3",
+        "one bucket, its total and its index"
+    );
+    redis.cli(&["DEL", buckets]);
     let started = Instant::now();
     let r = call(&mut client, with_hits(4096, None)).await;
     assert_eq!(r.overall_code(), Code::Ok);
@@ -1403,6 +1414,7 @@ fn a_million_client_keys_are_swept_once_idle() {
             window,
             hits: 1,
             shadow: false,
+            precision: Precision::Exact,
         };
         assert!(store.decide_now(&[counter]).allowed);
         if i % 1000 == 0 {

@@ -876,7 +876,7 @@ async fn rlconfig_lists_every_rule() {
             .unwrap_or_else(|| panic!("no rule {path} in\n{text}"))
     };
     assert!(line("user").contains("3 per MINUTE") && line("user").contains("name=per_user"));
-    assert!(line("window").contains("10 per 30 SECOND") && line("window").contains("30s"));
+    assert!(line("window").contains("10 per 30 SECOND (window 30s, exact)"));
     assert!(line("free").contains("unlimited"));
     assert!(line("shadow").contains("shadow_mode"));
     assert!(line("specific").contains("replaces=general"));
@@ -1066,9 +1066,14 @@ fn check_config_reports_rules_or_errors() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("OK: {RULE_COUNT} rules in 1 domains")
+    // The summary, then every rule with its limits' windows and representations.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], format!("OK: {RULE_COUNT} rules in 1 domains"));
+    assert_eq!(lines.len(), 1 + RULE_COUNT, "{stdout}");
+    assert!(
+        stdout.contains("\ntest window: 10 per 30 SECOND (window 30s, exact) ["),
+        "{stdout}"
     );
 
     let bad = dir.path().join("bad.yaml");

@@ -15,9 +15,14 @@
 //! - `unit_multiplier: N` in a rate limit: the window is N units (`unit: second`,
 //!   `unit_multiplier: 30` is a 30-second window).
 //! - `rate_limits: [...]` instead of `rate_limit`: several limits on one descriptor, over limit
-//!   when any is. Each needs its own window (the window identifies the counter). `name` and
-//!   `replaces` describe the descriptor, not a window: each may appear on at most one entry.
-//!   `unlimited` only exists in a single `rate_limit`.
+//!   when any is. Each needs its own window (the window identifies the counter). Each may carry
+//!   its own `name` (distinct within the descriptor): the metrics label and reported name when
+//!   that limit decides, and a target of `replaces`, which replaces the whole rule. `replaces`
+//!   describes the descriptor and may appear on at most one entry. `unlimited` only exists in a
+//!   single `rate_limit`.
+//! - `precision: exact` or `precision: DURATION` in a rate limit: the exact sliding log, or buckets of
+//!   that width (the window a whole multiple of it, at most [`Precision::MAX_BUCKETS`] of them).
+//!   Without it, [`Precision::automatic`] chooses by the limit. `unlimited` takes none.
 //! - `*` in a `value` matches any run of characters anywhere (envoyproxy/ratelimit only supports
 //!   a trailing `*`, which means the same here).
 //!
@@ -34,6 +39,8 @@
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+
+pub use crate::store::Precision;
 
 mod checksum;
 mod error;
@@ -99,6 +106,11 @@ pub struct Limit {
     pub unit: Unit,
     /// Window length in units (extension; 1 in envoyproxy/ratelimit files).
     pub unit_multiplier: u64,
+    /// How its counters remember hits: `precision` in the file, else [`Precision::automatic`].
+    pub precision: Precision,
+    /// The limit's own `name` (an entry of `rate_limits`, or the single `rate_limit`): its metrics
+    /// `rule` label and the name reported when it decides, and a target of `replaces`.
+    pub name: Option<String>,
 }
 
 impl Limit {
@@ -134,7 +146,8 @@ pub struct Rule {
     /// Path in the config, e.g. `remote_address` or `key_value.subkey` (the envoyproxy/ratelimit
     /// stats key without the domain).
     pub path: String,
-    /// `rate_limit.name`, if set.
+    /// `rate_limit.name`, or with `rate_limits` the first entry's `name`, if set: the descriptor's
+    /// metrics name (see [`Limit::name`] for each limit's own).
     pub name: Option<String>,
     /// The limits; empty when `unlimited`. With several, the descriptor is over limit when any is.
     pub limits: Vec<Limit>,
@@ -158,10 +171,17 @@ impl Rule {
     pub fn stats_name(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.path)
     }
+
+    /// Whether `name` names this rule: its `name` or any of its limits' (what `replaces` matches).
+    pub fn is_named(&self, name: &str) -> bool {
+        self.name.as_deref() == Some(name)
+            || self.limits.iter().any(|l| l.name.as_deref() == Some(name))
+    }
 }
 
-/// One line for `/rlconfig` and logs: domain, path, limits with windows, flags, source. E.g.
-/// `edge user_id.path: 2 per 30 SECOND (window 30s) name=per_user_path [config/slidegate.yaml]`.
+/// One line for `/rlconfig` and logs: domain, path, limits with windows and representations, flags,
+/// source. E.g. `edge user_id.path: 2 per 30 SECOND (window 30s, exact) name=per_user_path
+/// [config/slidegate.yaml]`, or `(window 1day, buckets of 24m)` for a bucket counter.
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}: ", self.domain, self.path)?;
@@ -174,11 +194,17 @@ impl fmt::Display for Rule {
             }
             write!(
                 f,
-                "{limit} (window {})",
-                humantime::format_duration(limit.window())
+                "{limit} (window {}, {}",
+                humantime::format_duration(limit.window()),
+                limit.precision
             )?;
+            match &limit.name {
+                Some(name) if self.limits.len() > 1 => write!(f, ", name={name})")?,
+                _ => f.write_str(")")?,
+            }
         }
-        if let Some(name) = &self.name {
+        // With several limits, each limit's name is shown with it.
+        if let Some(name) = self.name.as_ref().filter(|_| self.limits.len() <= 1) {
             write!(f, " name={name}")?;
         }
         if !self.replaces.is_empty() {

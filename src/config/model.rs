@@ -160,6 +160,9 @@ pub(super) struct RateLimitModel {
     pub unlimited: Option<bool>,
     pub name: Option<String>,
     pub replaces: Option<Vec<Option<ReplacesModel>>>,
+    /// Extension: `exact` (the sliding log) or a bucket width such as `1m`. Kept as text so that a
+    /// bad value gets a message of its own.
+    pub precision: Option<String>,
 }
 
 impl Record for RateLimitModel {
@@ -172,6 +175,7 @@ impl Record for RateLimitModel {
         "unlimited",
         "name",
         "replaces",
+        "precision",
     ];
 
     fn read_field<'de, A: MapAccess<'de>>(
@@ -187,6 +191,7 @@ impl Record for RateLimitModel {
             "unlimited" => self.unlimited = cx.flag(map)?,
             "name" => self.name = cx.text(map)?,
             "replaces" => self.replaces = cx.list(map)?,
+            "precision" => self.precision = cx.text(map)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -194,7 +199,7 @@ impl Record for RateLimitModel {
 
     fn merge(&mut self, other: Self) -> Vec<&'static str> {
         merge_fields!(self, other;
-            plain: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces;
+            plain: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, precision;
             records:)
     }
 }

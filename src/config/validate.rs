@@ -6,11 +6,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Display;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::model::{DescriptorModel, FileModel, RateLimitModel};
 use super::read::Findings;
 use super::tree::{DomainRules, Level, Node, Pattern, Slot};
-use super::{ConfigError, ConfigWarning, Limit, Rule, Unit};
+use super::{ConfigError, ConfigWarning, Limit, Precision, Rule, Unit};
 
 // The longest window accepted is the longest the stores hold; longer ones are certainly typos.
 use crate::store::MAX_WINDOW;
@@ -292,8 +293,9 @@ impl Compiler {
 
     /// Compiles the `rate_limit`/`rate_limits` of a node into a rule, if it has one.
     ///
-    /// With `rate_limits`, `name` and `replaces` belong to the descriptor, not to one window: each
-    /// may be given on at most one entry (any one), so there is never a question of which wins.
+    /// With `rate_limits`, each entry may have its own `name` (distinct ones); `replaces` belongs
+    /// to the descriptor, not to one window, and may be given on at most one entry (any one), so
+    /// there is never a question of which wins.
     fn rule(
         &mut self,
         rate_limit: Option<RateLimitModel>,
@@ -357,13 +359,17 @@ impl Compiler {
             if model.unlimited == Some(true) {
                 self.unlimited(&model, &at, several);
                 status.unlimited = true;
-            } else if let Some(limit) = self.limit(&model, &at) {
+            } else if let Some(mut limit) = self.limit(&model, &at) {
+                limit.name = model.name.clone().filter(|name| !name.is_empty());
                 limits.push((at, limit));
             }
         }
         self.check_windows(&limits);
-        if let (Some(name), Some(at)) = (&status.name, &status.replaces_at)
-            && status.replaces.contains(name)
+        if let Some(at) = &status.replaces_at
+            && let Some((name, _)) = status
+                .names
+                .iter()
+                .find(|(name, _)| status.replaces.contains(name))
         {
             self.error(
                 &format!("{at}.replaces"),
@@ -376,7 +382,7 @@ impl Compiler {
         let rule = Arc::new(Rule {
             domain: self.domain.clone(),
             path: path.to_owned(),
-            name: status.name,
+            name: status.names.into_iter().next().map(|(name, _)| name),
             limits: limits.into_iter().map(|(_, limit)| limit).collect(),
             unlimited: status.unlimited,
             shadow_mode: flags.shadow_mode,
@@ -393,11 +399,14 @@ impl Compiler {
 
     fn name_and_replaces(&mut self, model: &RateLimitModel, at: &str, status: &mut RuleStatus) {
         if let Some(name) = &model.name {
-            if let Some(first) = &status.name_at {
+            if let Some((_, first)) = status.names.iter().find(|(other, _)| other == name) {
                 let first = first.clone();
                 self.error(
                     &format!("{at}.name"),
-                    format!("`name` is already given at {first}; give it once per descriptor"),
+                    format!(
+                        "`{name}` is already the name of {first}; each limit of a descriptor \
+                         needs its own name"
+                    ),
                 );
             } else if name.is_empty() {
                 self.error(
@@ -405,8 +414,7 @@ impl Compiler {
                     "empty name; remove it or give a name",
                 );
             } else {
-                status.name = Some(name.clone());
-                status.name_at = Some(at.to_owned());
+                status.names.push((name.clone(), at.to_owned()));
             }
         }
         if let Some(replaces) = &model.replaces {
@@ -445,6 +453,7 @@ impl Compiler {
             ("unit", model.unit.is_some()),
             ("requests_per_unit", model.requests_per_unit.is_some()),
             ("unit_multiplier", model.unit_multiplier.is_some()),
+            ("precision", model.precision.is_some()),
         ];
         for (field, present) in conflicting {
             if present {
@@ -504,10 +513,12 @@ impl Compiler {
             }
             Some(n) => Some(n),
         };
-        let limit = Limit {
+        let mut limit = Limit {
             requests_per_unit: requests_per_unit?,
             unit: unit?,
             unit_multiplier: unit_multiplier?,
+            precision: Precision::Exact,
+            name: None,
         };
         let too_long = u32::try_from(limit.unit_multiplier)
             .ok()
@@ -520,7 +531,48 @@ impl Compiler {
             );
             return None;
         }
+        limit.precision = match model.precision.as_deref() {
+            None => Precision::automatic(limit.requests_per_unit, limit.window()),
+            Some(text) => self.precision(text, limit.window(), &format!("{at}.precision"))?,
+        };
         Some(limit)
+    }
+
+    /// `exact`, or a bucket width that divides the window into at most
+    /// [`Precision::MAX_BUCKETS`] whole microsecond buckets.
+    fn precision(&mut self, text: &str, window: Duration, at: &str) -> Option<Precision> {
+        if text.trim().eq_ignore_ascii_case("exact") {
+            return Some(Precision::Exact);
+        }
+        let problem = match humantime::parse_duration(text.trim()) {
+            Err(_) if text.trim().starts_with('-') => {
+                "a bucket width must be more than zero".to_owned()
+            }
+            Err(e) => {
+                format!("{text:?} is neither `exact` nor a bucket width such as `1s` or `1m` ({e})")
+            }
+            Ok(width) if width.is_zero() => "a bucket width must be more than zero".to_owned(),
+            Ok(width) if width.subsec_nanos() % 1_000 != 0 => {
+                format!("{text:?} is not a whole number of microseconds")
+            }
+            Ok(width) if !window.as_nanos().is_multiple_of(width.as_nanos()) => format!(
+                "{text:?} does not divide the window ({}) into whole buckets",
+                humantime::format_duration(window)
+            ),
+            Ok(width)
+                if window.as_nanos() / width.as_nanos() > u128::from(Precision::MAX_BUCKETS) =>
+            {
+                format!(
+                    "{text:?} makes {} buckets of the window ({}); at most {} are allowed",
+                    window.as_nanos() / width.as_nanos(),
+                    humantime::format_duration(window),
+                    Precision::MAX_BUCKETS
+                )
+            }
+            Ok(width) => return Some(Precision::Buckets(width)),
+        };
+        self.error(at, problem);
+        None
     }
 
     /// The window is part of the counter's identity: two limits of one descriptor with the same
@@ -549,7 +601,10 @@ impl Compiler {
         let names: HashSet<&str> = self
             .rules
             .iter()
-            .filter_map(|(_, rule)| rule.name.as_deref())
+            .flat_map(|(_, rule)| {
+                let limits = rule.limits.iter().filter_map(|l| l.name.as_deref());
+                rule.name.as_deref().into_iter().chain(limits)
+            })
             .collect();
         let mut unknown = Vec::new();
         for (at, rule) in &self.rules {
@@ -580,8 +635,8 @@ struct RuleFlags {
 /// What the entries of one `rate_limit`/`rate_limits` gave so far.
 #[derive(Default)]
 struct RuleStatus {
-    name: Option<String>,
-    name_at: Option<String>,
+    /// The names given so far, each with where.
+    names: Vec<(String, String)>,
     replaces: Vec<String>,
     /// Location of the `rate_limit` entry with `replaces`.
     replaces_at: Option<String>,

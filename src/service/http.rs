@@ -152,12 +152,21 @@ async fn rlconfig(State(state): State<AppState>) -> Response {
         } else {
             rule.limits
                 .iter()
-                .map(|l| format!("{l} (window {})", humantime::format_duration(l.window())))
+                .map(|l| {
+                    let window = humantime::format_duration(l.window());
+                    match &l.name {
+                        Some(name) if rule.limits.len() > 1 => {
+                            format!("{l} (window {window}, {}, name={name})", l.precision)
+                        }
+                        _ => format!("{l} (window {window}, {})", l.precision),
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
         let _ = write!(out, "{} {}: {limits}", rule.domain, rule.path);
-        if let Some(name) = &rule.name {
+        // With several limits, each limit's name is shown with it.
+        if let Some(name) = rule.name.as_ref().filter(|_| rule.limits.len() <= 1) {
             let _ = write!(out, "; name={name}");
         }
         if !rule.replaces.is_empty() {

@@ -6,7 +6,9 @@
 //! tag braces `{`/`}`, whitespace, controls and non-ASCII escaped, so the separators that remain are
 //! unambiguous.
 //!
-//! The form is `{domain:k1=v1:k2=v2}W` where `W` is the window in milliseconds. The braces make the
+//! The form is `{domain:k1=v1:k2=v2}W` where `W` is the window in milliseconds, followed for a
+//! bucket counter by `b` and the bucket width in microseconds (`{api:user=alice}86400000b1440000000`),
+//! so that the two representations of one window never share a key. The braces make the
 //! domain and entries a Redis Cluster hash tag: all windows of one descriptor land on one slot, so
 //! several limits on one descriptor stay atomic even in a cluster. Because `{` and `}` never occur
 //! inside the tag, the tag is always exactly that part, whatever the values.
@@ -26,6 +28,8 @@ use std::time::Duration;
 
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
+use super::Precision;
+
 /// Bytes escaped in key components (plus all non-ASCII, which `percent_encoding` always escapes).
 /// [`is_plain`] is its complement and must change with it.
 const ESCAPED: &AsciiSet = &CONTROLS
@@ -36,7 +40,8 @@ const ESCAPED: &AsciiSet = &CONTROLS
     .add(b'}')
     .add(b' ');
 
-/// Room reserved after a tag for the window's digits (`u128::MAX` has 39), so that deriving a
+/// Room reserved after a tag for the window's digits (`u128::MAX` has 39; a window of 100 years
+/// and a bucket width with its `b` take 27), so that deriving a
 /// counter key never grows the buffer.
 const WINDOW_DIGITS: usize = 39;
 
@@ -52,7 +57,17 @@ impl CounterKey {
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
         window: Duration,
     ) -> Self {
-        CounterTag::new(domain, entries).counter_key(window)
+        CounterKey::of(domain, entries, window, Precision::Exact)
+    }
+
+    /// Like [`CounterKey::new`], for a counter of either representation.
+    pub fn of<'a>(
+        domain: &str,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+        window: Duration,
+        precision: Precision,
+    ) -> Self {
+        CounterTag::new(domain, entries).counter_key(window, precision)
     }
 
     /// The encoded form, e.g. `{api:user=alice}60000`.
@@ -165,13 +180,17 @@ impl CounterTag {
         &self.text[..self.tag_len]
     }
 
-    /// The key of this descriptor's counter for `window`: the tag and the window in milliseconds.
-    /// Takes `&mut self` because the digits are written after the tag in the tag's own buffer, so
-    /// the key costs one allocation (its `Arc<str>`) and no intermediate `String`.
-    pub fn counter_key(&mut self, window: Duration) -> CounterKey {
+    /// The key of this descriptor's counter for `window`: the tag and the window in milliseconds
+    /// (and for buckets `b` and their width in microseconds). Takes `&mut self` because the digits
+    /// are written after the tag in the tag's own buffer, so the key costs one allocation (its
+    /// `Arc<str>`) and no intermediate `String`.
+    pub fn counter_key(&mut self, window: Duration, precision: Precision) -> CounterKey {
         self.text.truncate(self.tag_len);
         // Writing to a String cannot fail.
         let _ = write!(self.text, "{}", window.as_millis());
+        if let Precision::Buckets(width) = precision {
+            let _ = write!(self.text, "b{}", width.as_micros());
+        }
         CounterKey(Arc::from(self.text.as_str()))
     }
 }
@@ -239,12 +258,18 @@ mod tests {
         let mut tag = template.tag(["a b", "/login"].into_iter());
         assert_eq!(tag.as_str(), "{api:user=a%20b:path=/login}");
         assert_eq!(
-            tag.counter_key(MIN).as_str(),
+            tag.counter_key(MIN, Precision::Exact).as_str(),
             "{api:user=a%20b:path=/login}60000"
         );
-        let second = tag.counter_key(Duration::from_secs(1));
+        let second = tag.counter_key(Duration::from_secs(1), Precision::Exact);
         assert_eq!(second.as_str(), "{api:user=a%20b:path=/login}1000");
         assert_eq!(tag.as_str(), "{api:user=a%20b:path=/login}");
+        let buckets = tag.counter_key(MIN, Precision::Buckets(Duration::from_secs(1)));
+        assert_eq!(
+            buckets.as_str(),
+            "{api:user=a%20b:path=/login}60000b1000000"
+        );
+        assert_eq!(buckets.hash_tag(), second.hash_tag());
     }
 
     /// Pins the escaped set byte by byte, as keys in production were written: printable ASCII
@@ -320,8 +345,8 @@ mod tests {
                 let expected = reference(&domain, &entries, window);
                 let new = CounterKey::new(&domain, borrowed(), window);
                 prop_assert_eq!(new.as_str(), expected.as_str());
-                prop_assert_eq!(from_template.counter_key(window), new.clone());
-                prop_assert_eq!(from_scratch.counter_key(window), new);
+                prop_assert_eq!(from_template.counter_key(window, Precision::Exact), new.clone());
+                prop_assert_eq!(from_scratch.counter_key(window, Precision::Exact), new);
             }
         }
     }

@@ -1,4 +1,8 @@
-//! The embedded in-memory store: an exact sliding log per counter, sharded.
+//! The embedded in-memory store: an exact sliding log or buckets per counter, sharded.
+//!
+//! A counter's state is a [`Series`]: the exact log below, or [`buckets`] (the window in buckets
+//! of fixed width, bounded memory) when its [`Precision`] asks for them. The store decides through
+//! the trait and never looks inside either.
 //!
 //! Each counter keeps the times of the hits in its window, oldest first, as a ring of packed
 //! *runs*: one `u64` holds a timestamp (microseconds since the store was created, upper 52 bits,
@@ -39,8 +43,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::{Clock, Counter, CounterKey, CounterResult, Decision, Store, StoreError};
+use super::{Clock, Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
 use crate::Scratch;
+use buckets::Buckets;
+
+mod buckets;
 
 /// Number of independently locked maps. A power of two well above the core count keeps contention
 /// negligible; each shard costs one small map.
@@ -161,7 +168,99 @@ impl Log {
     }
 }
 
-type Shard = HashMap<CounterKey, Log>;
+/// What the store needs of one counter's state, whatever its representation. Times are
+/// microseconds on the store's clock; `now` never goes backwards for one counter.
+trait Series {
+    /// Forgets the hits that no longer count at `now`.
+    fn trim(&mut self, now: u64);
+    /// The hits that count (after a [`Series::trim`]).
+    fn hits(&self) -> u64;
+    /// The time of the newest hit (or of its bucket's start).
+    fn newest(&self) -> Option<u64>;
+    /// Adds `hits` at `at`, never before [`Series::newest`].
+    fn record(&mut self, at: u64, hits: u64);
+    /// The instant at which the oldest `k` hits have all stopped counting, if there are that many.
+    fn when_dropped(&self, k: u64) -> Option<u64>;
+    /// The instant at which the oldest hit stops counting.
+    fn oldest_leaves_at(&self) -> Option<u64>;
+    fn is_empty(&self) -> bool;
+    /// Entries held (runs of the log, buckets), for [`MemoryStats`].
+    fn entries(&self) -> usize;
+    /// Bytes on the heap (not the map slot).
+    fn heap_bytes(&self) -> usize;
+    /// Gives memory back after a burst.
+    fn shrink(&mut self);
+}
+
+impl Series for Log {
+    fn trim(&mut self, now: u64) {
+        Log::trim(self, now)
+    }
+    fn hits(&self) -> u64 {
+        self.hits
+    }
+    fn newest(&self) -> Option<u64> {
+        Log::newest(self)
+    }
+    fn record(&mut self, at: u64, hits: u64) {
+        Log::record(self, at, hits)
+    }
+    fn when_dropped(&self, k: u64) -> Option<u64> {
+        Log::when_dropped(self, k)
+    }
+    fn oldest_leaves_at(&self) -> Option<u64> {
+        self.oldest().map(|o| o.saturating_add(self.window))
+    }
+    fn is_empty(&self) -> bool {
+        Log::is_empty(self)
+    }
+    fn entries(&self) -> usize {
+        self.runs.len()
+    }
+    fn heap_bytes(&self) -> usize {
+        Log::heap_bytes(self)
+    }
+    fn shrink(&mut self) {
+        Log::shrink(self)
+    }
+}
+
+/// One counter's state in a shard: an enum rather than a boxed trait object, so a counter costs no
+/// allocation beyond its entries.
+#[derive(Debug)]
+enum Tally {
+    Log(Log),
+    Buckets(Buckets),
+}
+
+impl Tally {
+    /// The empty state `counter`'s precision asks for.
+    fn new(counter: &Counter) -> Tally {
+        let window = micros(counter.window);
+        match counter.precision {
+            Precision::Buckets(width) if !width.is_zero() => {
+                Tally::Buckets(Buckets::new(window, micros(width)))
+            }
+            _ => Tally::Log(Log::new(window)),
+        }
+    }
+
+    fn series(&self) -> &dyn Series {
+        match self {
+            Tally::Log(log) => log,
+            Tally::Buckets(buckets) => buckets,
+        }
+    }
+
+    fn series_mut(&mut self) -> &mut dyn Series {
+        match self {
+            Tally::Log(log) => log,
+            Tally::Buckets(buckets) => buckets,
+        }
+    }
+}
+
+type Shard = HashMap<CounterKey, Tally>;
 
 /// The default store: exact, process-local, no dependencies. See the module docs.
 pub struct MemoryStore {
@@ -182,11 +281,12 @@ pub struct MemoryStore {
 pub struct MemoryStats {
     /// Counters with at least one run (or not yet swept).
     pub counters: usize,
-    /// Hits in all logs (including expired ones not yet dropped).
+    /// Hits in all logs and buckets (including expired ones not yet dropped).
     pub hits: u64,
-    /// Packed runs in all logs.
+    /// Packed runs in all logs, and buckets holding hits.
     pub runs: usize,
-    /// Estimated heap bytes: map slots, keys, rings. Excludes allocator overhead.
+    /// Estimated heap bytes: map slots, keys, rings of runs and of buckets. Excludes allocator
+    /// overhead.
     pub heap_bytes: usize,
 }
 
@@ -244,7 +344,8 @@ impl MemoryStore {
                 .filter(|(c, e)| c.key == counter.key && !e.over)
                 .map(|(c, _)| c.hits)
                 .sum();
-            let eval = evaluate(map.get_mut(&counter.key), counter, now, pending);
+            let series = map.get_mut(&counter.key).map(Tally::series_mut);
+            let eval = evaluate(series, counter, now, pending);
             evals.push(eval);
         }
         let allowed = !counters
@@ -306,15 +407,16 @@ impl MemoryStore {
 
     /// Counts what the store holds (locks each shard in turn).
     pub fn stats(&self) -> MemoryStats {
-        let slot = std::mem::size_of::<(CounterKey, Log)>() + 1;
+        let slot = std::mem::size_of::<(CounterKey, Tally)>() + 1;
         let mut stats = MemoryStats::default();
         for shard in self.shards.iter() {
             let map = shard.lock();
             stats.counters += map.len();
             stats.heap_bytes += map.capacity() * slot;
-            for (key, log) in map.iter() {
-                stats.hits += log.hits;
-                stats.runs += log.runs.len();
+            for (key, tally) in map.iter() {
+                let log = tally.series();
+                stats.hits += log.hits();
+                stats.runs += log.entries();
                 // An `Arc<str>` allocates two counters and the bytes.
                 stats.heap_bytes += key.as_str().len() + 16 + log.heap_bytes();
             }
@@ -342,7 +444,8 @@ impl MemoryStore {
     fn sweep_shard(&self, shard: usize) -> usize {
         let now = micros(self.clock.now()).saturating_sub(self.epoch);
         let mut map = self.shards[shard].lock();
-        map.retain(|_, log| {
+        map.retain(|_, tally| {
+            let log = tally.series_mut();
             log.trim(now);
             log.shrink();
             !log.is_empty()
@@ -359,14 +462,14 @@ impl MemoryStore {
 }
 
 /// Pass one for one counter: trim, count, decide, and for a deny find when the hits would fit.
-fn evaluate(mut log: Option<&mut Log>, counter: &Counter, now: u64, pending: u64) -> Eval {
+fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pending: u64) -> Eval {
     let window = micros(counter.window);
     let mut now = now;
     if let Some(log) = log.as_deref_mut() {
         now = now.max(log.newest().unwrap_or(0));
         log.trim(now);
     }
-    let stored = log.as_deref().map_or(0, |l| l.hits);
+    let stored = log.as_deref().map_or(0, |l| l.hits());
     let count = stored + pending;
     let over = counter.hits > counter.limit || count.saturating_add(counter.hits) > counter.limit;
     let mut reset = 0;
@@ -395,15 +498,15 @@ fn evaluate(mut log: Option<&mut Log>, counter: &Counter, now: u64, pending: u64
 /// hit leaves the window, and drops a log left empty. One map lookup: a counter that records is
 /// looked up through `entry` (which creates it), any other through `get_mut`.
 fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> CounterResult {
-    let window = micros(counter.window);
     let mut log = if record {
         Some(
             map.entry(counter.key.clone())
-                .or_insert_with(|| Log::new(window)),
+                .or_insert_with(|| Tally::new(counter)),
         )
     } else {
         map.get_mut(&counter.key)
-    };
+    }
+    .map(Tally::series_mut);
     let mut count = eval.count;
     if let Some(log) = log.as_deref_mut().filter(|_| record) {
         log.record(eval.now, counter.hits);
@@ -412,8 +515,8 @@ fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> Coun
     let reset = if eval.over {
         eval.reset
     } else {
-        let oldest = log.as_deref().and_then(Log::oldest);
-        oldest.map_or(0, |o| o.saturating_add(window).saturating_sub(eval.now))
+        let leaves = log.as_deref().and_then(|l| l.oldest_leaves_at());
+        leaves.map_or(0, |at| at.saturating_sub(eval.now))
     };
     if log.is_some_and(|l| l.is_empty()) {
         map.remove(&counter.key);
@@ -457,7 +560,7 @@ impl std::fmt::Debug for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ManualClock;
+    use crate::store::{ManualClock, Precision};
 
     const SEC: Duration = Duration::from_secs(1);
 
@@ -474,6 +577,7 @@ mod tests {
             window,
             hits,
             shadow: false,
+            precision: Precision::Exact,
         }
     }
 
@@ -578,6 +682,33 @@ mod tests {
         let swept = (*store.sweep_cursor.lock() + SHARDS - before) % SHARDS;
         // Every 1024 decisions this would have been 40 sweeps.
         assert!((8..=12).contains(&swept), "{swept} shards swept");
+    }
+
+    /// A day quota of 10,000,000 in automatic buckets (24 minutes each) taking 200,000 single
+    /// hits over a day holds 61 buckets at most, whatever the hits: under 2 KB, where the log
+    /// would hold 200,000 runs (1.6 MB).
+    #[test]
+    fn bucket_counter_memory_is_bounded() {
+        let (clock, store) = new_store();
+        let day = 86_400 * SEC;
+        let precision = Precision::automatic(10_000_000, day);
+        assert_eq!(precision, Precision::Buckets(24 * 60 * SEC));
+        let c = Counter {
+            key: CounterKey::of("test", [("k", "tenant")], day, precision),
+            precision,
+            ..counter("tenant", 10_000_000, day, 1)
+        };
+        let mut most = 0;
+        for _ in 0..200_000 {
+            assert!(store.decide_now(std::slice::from_ref(&c)).allowed);
+            clock.advance(day / 200_000);
+            most = most.max(store.stats().heap_bytes);
+        }
+        let stats = store.stats();
+        assert_eq!((stats.counters, stats.hits), (1, 200_000));
+        assert!(stats.runs <= 61, "{stats:?}");
+        eprintln!("one bucket counter, 200 000 hits over a day: {stats:?}, at most {most} B");
+        assert!(most < 2048, "{most} bytes");
     }
 
     /// The figure quoted in the module docs: bytes per tracked hit.

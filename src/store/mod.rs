@@ -29,6 +29,17 @@
 //! Time has microsecond resolution. The window is `(t - W, t]`: a hit recorded at `s` counts until
 //! `s + W` and is gone at that instant.
 //!
+//! A counter is an exact log or buckets ([`Precision`], resolved per limit when the rules load and
+//! part of the counter's key). Buckets of width `g` (`W = B * g`) split time at multiples of `g`
+//! (of the store's clock); "the hits already admitted in `(t - W, t]`" above becomes "the hits of
+//! every bucket that overlaps `(t - W, t]`", the oldest bucket counted whole: a hit recorded at `s`
+//! counts from `s` until the end of its bucket plus `W`, so for somewhere between `W` and `W + g`.
+//! Both representations therefore keep the same guarantee: **no interval of length `W` ever holds
+//! more than `N` admitted hits.** The log returns capacity exactly `W` after a hit, buckets at most
+//! `g` later; `reset_after` reports the time as the representation has it (the end of a bucket's
+//! stay). Every other rule above (checks, `h > N`, all or nothing across counters of both kinds,
+//! shadow counters, a counter named twice) is the same for both.
+//!
 //! A store only reports failures as [`StoreError`]; what a failure means for the request
 //! ([`FailureMode`]) is the limiter's business, so every store behaves the same way when it fails.
 
@@ -51,6 +62,73 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use key::CounterKey;
 pub use memory::MemoryStore;
 
+/// How a counter remembers the hits of its window. Resolved once per limit when the rules are
+/// loaded (`precision` in YAML, or [`Precision::automatic`]); part of the counter's key, so a
+/// change of representation starts a new counter instead of reading the other's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// The sliding log: the time of every admitted hit. Exact; memory grows with the hits held.
+    Exact,
+    /// The window in buckets of this width (the window is a whole multiple of it), each holding
+    /// the number of hits admitted in it; the oldest overlapping bucket counts whole. Memory is
+    /// bounded by the bucket count; capacity returns at most one width later than with the log.
+    Buckets(Duration),
+}
+
+impl Precision {
+    /// Most buckets per window: a decision reads every bucket of the window (a Redis hash of up to
+    /// this many fields), so the bound keeps a request's cost and a counter's memory small. Redis
+    /// keeps up to 128 fields as a compact listpack (about 11 bytes per bucket), more as a hash
+    /// table of about 64 bytes per bucket: 64 KB for 1000.
+    pub const MAX_BUCKETS: u64 = 1000;
+
+    /// Limits up to this many hits per window keep the exact log when `precision` is not given. In
+    /// Redis a log of at most 128 hits is a compact listpack of about 27 bytes per hit (3.5 KB when
+    /// full, BENCHMARKS.md); above that each hit costs 100 to 113 bytes and the log grows without
+    /// bound in N, while a counter of [`Precision::AUTO_BUCKETS`] buckets stays under 1 KB
+    /// (`MEMORY USAGE` of a saturated counter's hash: 520 to 712 bytes, BENCHMARKS.md).
+    pub const AUTO_EXACT_UP_TO: u64 = 128;
+
+    /// Buckets per window chosen automatically: one sixtieth of the window (a minute of an hour),
+    /// or one fiftieth where a sixtieth is not a whole number of microseconds (1-second windows).
+    pub const AUTO_BUCKETS: [u64; 2] = [60, 50];
+
+    /// The representation slidegate chooses for `limit` hits per `window` when the rule does not
+    /// say: the exact log while it is cheap, buckets where it would grow large.
+    pub fn automatic(limit: u64, window: Duration) -> Precision {
+        if limit <= Precision::AUTO_EXACT_UP_TO {
+            return Precision::Exact;
+        }
+        let micros = window.as_micros();
+        Precision::AUTO_BUCKETS
+            .into_iter()
+            .find(|&b| micros.is_multiple_of(u128::from(b)) && micros >= u128::from(b))
+            .and_then(|b| u64::try_from(micros / u128::from(b)).ok())
+            .map_or(Precision::Exact, |width| {
+                Precision::Buckets(Duration::from_micros(width))
+            })
+    }
+
+    /// The bucket width, or `None` for the exact log.
+    pub fn bucket_width(self) -> Option<Duration> {
+        match self {
+            Precision::Exact => None,
+            Precision::Buckets(width) => Some(width),
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Precision::Exact => f.write_str("exact"),
+            Precision::Buckets(width) => {
+                write!(f, "buckets of {}", humantime::format_duration(*width))
+            }
+        }
+    }
+}
+
 /// The longest window a store holds exactly (100 years). In Redis a hit's time plus the window must
 /// stay an exact integer in a Lua double, below 2^53 µs since 1970: true until the year 2155.
 pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
@@ -58,7 +136,7 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// One sliding-window counter that a request touches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counter {
-    /// Identity of the counter: domain, descriptor entries as matched, window.
+    /// Identity of the counter: domain, descriptor entries as matched, window, representation.
     pub key: CounterKey,
     /// Hits admitted per window.
     pub limit: u64,
@@ -68,6 +146,8 @@ pub struct Counter {
     pub hits: u64,
     /// Evaluated and reported, but never causes a deny.
     pub shadow: bool,
+    /// The exact log or buckets (the key carries it too).
+    pub precision: Precision,
 }
 
 /// What a store found for one counter.

@@ -1,4 +1,5 @@
-//! The Redis store: one sorted set per counter, at most one Lua script call per request.
+//! The Redis store: one sorted set (or, for buckets, one hash) per counter, at most one Lua script
+//! call per request.
 //!
 //! # Algorithm
 //! A counter is a sorted set under `prefix + CounterKey` (`slidegate:{api:user=alice}60000`):
@@ -16,6 +17,20 @@
 //! tracked hit (`used_memory`; `MEMORY USAGE` says 26) while a key holds at most 128 hits (Redis
 //! keeps it as a compact listpack), about 110 bytes per hit for bigger logs (skiplist encoding).
 //! `zset-max-listpack-entries` moves that threshold.
+//!
+//! A bucket counter ([`Precision::Buckets`](crate::store::Precision), its key ending in `b` and
+//! the width) is a hash instead: field = bucket index (Redis time / width), value = hits admitted
+//! in that bucket, plus `t` (their sum) and `o` (the oldest bucket). The same script call decides
+//! it beside the logs: it reads `t` and `o`, deletes the buckets that left the window (the oldest
+//! overlapping bucket counts whole), reads the oldest bucket only when it needs its hits (a deny,
+//! the reset time), and only if the request is admitted `HINCRBY`s the current bucket and `t`; the
+//! hash expires when its newest bucket leaves the window. So a decision costs about what the log's
+//! does (BENCHMARKS.md, "Buckets against the log"), however many buckets the window has. It holds at most one field per bucket of the window, whatever the traffic:
+//! a 10,000,000-per-day counter taking 200,000 hits grows `used_memory` by under 64 KB
+//! (`redis_bucket_counter_memory_is_bounded`), where the log would take about 20 MB. In a cluster,
+//! a cross-slot part's hits on a bucket counter also go to its provisional hash (bucket index →
+//! provisional hits, bounded like the counter); the script reports the bucket it used, and the
+//! compensation takes the hits off that bucket of both (`bucket_take_back.lua`).
 //!
 //! # Standalone
 //! A `redis://` or `rediss://` URL (`[user:pass@]host:port[/db]`). The script runs atomically, so
@@ -87,7 +102,7 @@ use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
 use script::{CallPart, Reply, Reported, RequestIds};
 
-use super::{Counter, CounterKey, CounterResult, Decision, Store, StoreError};
+use super::{Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
 
 /// The default key prefix (`--redis-prefix`).
 pub const DEFAULT_PREFIX: &str = "slidegate:";
@@ -127,7 +142,8 @@ pub struct RedisOptions {
     pub deny_cache: usize,
     /// Connections to open (lazily): one per thread that serves calls, see the `per_thread` module.
     pub connections: usize,
-    /// Most hits one script call may add, summed over its counters (a 0-hit check counts 1):
+    /// Most hits one script call may add to exact logs, summed over its counters (a 0-hit check
+    /// and a bucket counter count 1):
     /// the limiter's budget for one request (`--max-hits`), so that batching several requests
     /// into one call never holds Redis longer than the largest single request may. A request
     /// alone always gets its call.
@@ -489,15 +505,16 @@ impl RedisStore {
         let mut results: Vec<Option<Reported>> = vec![None; counters.len()];
         let mut allowed = true;
         let mut failure = None;
-        // Counters whose hits were recorded by an allowing group: what to take back on a deny.
-        let mut recorded: Vec<usize> = Vec::new();
+        // Counters whose hits were recorded by an allowing group (with the bucket, for bucket
+        // counters): what to take back on a deny.
+        let mut recorded: Vec<(usize, Option<u64>)> = Vec::new();
         for ((_, group), answer) in groups.iter().zip(answers) {
             match answer {
                 Ok(reply) => {
                     allowed &= reply.allowed;
                     for (&i, r) in group.iter().zip(reply.counters) {
                         if reply.allowed && !r.result.over_limit && counters[i].hits > 0 {
-                            recorded.push(i);
+                            recorded.push((i, r.bucket));
                         }
                         results[i] = Some(r);
                     }
@@ -516,8 +533,8 @@ impl RedisStore {
             for (i, result) in results.iter_mut().enumerate() {
                 let taken: u64 = recorded
                     .iter()
-                    .filter(|&&j| j <= i && keys[j] == keys[i])
-                    .map(|&j| counters[j].hits)
+                    .filter(|&&(j, _)| j <= i && keys[j] == keys[i])
+                    .map(|&(j, _)| counters[j].hits)
                     .sum();
                 if let (Some(Reported { result: r, .. }), true) = (result.as_mut(), taken > 0) {
                     r.count = r.count.saturating_sub(taken);
@@ -546,36 +563,43 @@ impl RedisStore {
         conn: &ClusterConnection,
         keys: &[String],
         counters: &[Counter],
-        recorded: &[usize],
+        recorded: &[(usize, Option<u64>)],
         id: &str,
     ) {
-        // Hits are numbered per key across the request (a counter may be named twice).
-        let mut per_key: Vec<(String, u64)> = Vec::new();
-        for &i in recorded {
-            match per_key.iter_mut().find(|(k, _)| *k == keys[i]) {
-                Some((_, hits)) => *hits += counters[i].hits,
-                None => per_key.push((keys[i].clone(), counters[i].hits)),
+        // Hits are numbered per key across the request (a counter may be named twice; a bucket
+        // counter named twice took both in one bucket).
+        let mut per_key: Vec<(String, u64, Option<u64>)> = Vec::new();
+        for &(i, bucket) in recorded {
+            match per_key.iter_mut().find(|(k, _, _)| *k == keys[i]) {
+                Some((_, hits, _)) => *hits += counters[i].hits,
+                None => per_key.push((keys[i].clone(), counters[i].hits, bucket)),
             }
         }
         // From the counter, then from its provisional log, where a cross-slot part's hits also go.
         // In this order: a counter whose log lost them first would look full for good to a call
         // in between, which a deny cache would then keep. If the first fails, the hits stay in
-        // both (never cached as full) until they leave the window.
+        // both (never cached as full) until they leave the window. A bucket counter's come off
+        // the bucket the script reported, from both hashes in one script.
+        let removals: Vec<Vec<::redis::Cmd>> = per_key
+            .into_iter()
+            .map(|(key, hits, bucket)| {
+                let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
+                if let Some(bucket) = bucket {
+                    return vec![script::take_back_buckets(&key, &log, bucket, hits)];
+                }
+                let members = script::members(id, hits);
+                let zrem = |key: &str| ::redis::cmd("ZREM").arg(key).arg(&members).clone();
+                vec![zrem(&key), zrem(&log)]
+            })
+            .collect();
         let conn = conn.clone();
         let redactor = self.shared.redactor.clone();
-        let id = id.to_string();
         let task = tokio::spawn(async move {
-            let calls = per_key.into_iter().map(|(key, hits)| {
+            let calls = removals.into_iter().map(|cmds| {
                 let mut conn = conn.clone();
-                let members = script::members(&id, hits);
-                let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
                 async move {
-                    for key in [key, log] {
-                        ::redis::cmd("ZREM")
-                            .arg(&key)
-                            .arg(&members)
-                            .query_async::<i64>(&mut conn)
-                            .await?;
+                    for cmd in cmds {
+                        cmd.query_async::<i64>(&mut conn).await?;
                     }
                     Ok::<_, RedisError>(())
                 }
@@ -745,12 +769,17 @@ fn batches(queued: Vec<Queued>, max_hits: u64) -> Vec<Vec<Queued>> {
     batches
 }
 
-/// What a request adds to a script call's work: its hits, a counter checked with 0 counting 1
-/// (as in the limiter's budget).
+/// What a request adds to a script call's work, as in the limiter's budget: its hits on each
+/// exact log, a log checked with 0 and every bucket counter (one field, whatever its hits)
+/// counting 1.
 fn call_cost(q: &Queued) -> u64 {
-    q.counters
-        .iter()
-        .fold(0u64, |sum, c| sum.saturating_add(c.hits.max(1)))
+    q.counters.iter().fold(0u64, |sum, c| {
+        let cost = match c.precision {
+            Precision::Exact => c.hits.max(1),
+            Precision::Buckets(_) => 1,
+        };
+        sum.saturating_add(cost)
+    })
 }
 
 /// One script call for `batch`, each request answered with its part of the reply (or the error).
@@ -919,6 +948,7 @@ fn group_by_slot(keys: &[String]) -> Vec<(Slot, Vec<usize>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Precision;
 
     #[test]
     fn windows_of_one_descriptor_share_a_slot() {
@@ -973,7 +1003,7 @@ mod tests {
 
     #[test]
     fn batches_add_up_to_at_most_max_call_hits() {
-        let queued = |slot: Option<u16>, hits: u64| Queued {
+        let counted = |slot: Option<u16>, hits: u64, precision: Precision| Queued {
             id: hits.to_string(),
             provisional: false,
             slot: slot.and_then(Slot::new),
@@ -983,9 +1013,11 @@ mod tests {
                 window: Duration::from_secs(1),
                 hits,
                 shadow: false,
+                precision,
             }],
             answer: oneshot::channel().0,
         };
+        let queued = |slot: Option<u16>, hits: u64| counted(slot, hits, Precision::Exact);
         for slot in [None, Some(5)] {
             // 4096 hits per call: 3000 + 1000 + 0 (counts 1) fill one, 4000 starts the next,
             // and a request over the bound goes alone.
@@ -998,6 +1030,18 @@ mod tests {
                 .map(Vec::len)
                 .collect();
             assert_eq!(sizes, [3, 2, 1, 1], "slot {slot:?}");
+            // A bucket counter costs 1 whatever its hits (one field): 4096 of them fill a call
+            // only by their number, so these three share one.
+            let width = Precision::Buckets(Duration::from_millis(100));
+            let queue = [4000, 1_000_000, 4096]
+                .map(|hits| counted(slot, hits, width))
+                .into_iter()
+                .collect();
+            assert_eq!(
+                batches(queue, DEFAULT_MAX_CALL_HITS).len(),
+                1,
+                "slot {slot:?}"
+            );
         }
     }
 
@@ -1045,6 +1089,7 @@ mod tests {
             window: Duration::from_secs(1),
             hits: 1,
             shadow: false,
+            precision: Precision::Exact,
         };
         let started = Instant::now();
         let err = store.decide(&[counter]).await.unwrap_err();

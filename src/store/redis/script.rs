@@ -11,6 +11,20 @@ use crate::store::{Counter, CounterResult, MAX_WINDOW, StoreError};
 pub static SCRIPT: LazyLock<::redis::Script> =
     LazyLock::new(|| ::redis::Script::new(include_str!("../sliding_window.lua")));
 
+/// The compensation (`bucket_take_back.lua`) for `hits` hits that the script recorded in `bucket`
+/// of the bucket counter `key` (and of its provisional hash `log`). Sent as `EVAL`: compensations
+/// are rare, and a `NOSCRIPT` reply would leave the hits in place.
+pub fn take_back_buckets(key: &str, log: &str, bucket: u64, hits: u64) -> ::redis::Cmd {
+    ::redis::cmd("EVAL")
+        .arg(include_str!("../bucket_take_back.lua"))
+        .arg(2)
+        .arg(key)
+        .arg(log)
+        .arg(bucket)
+        .arg(hits.min(LUA_MAX))
+        .clone()
+}
+
 /// Largest limit or hit count sent to Lua, whose numbers are doubles: exact integers up to 2^53.
 /// A limit of 2^50 is unlimited in practice. Windows are bounded by [`MAX_WINDOW`] instead.
 const LUA_MAX: u64 = 1 << 50;
@@ -111,7 +125,7 @@ pub const PROVISIONAL_SUFFIX: &str = "p";
 pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd {
     let counters: usize = parts.iter().map(|p| p.counters.len()).sum();
     let keys = if logs { 2 * counters } else { counters };
-    let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 3 * parts.len() + 4 * counters, 64 * keys);
+    let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 3 * parts.len() + 5 * counters, 64 * keys);
     cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
     for part in parts {
         for c in part.counters {
@@ -132,7 +146,8 @@ pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd
             cmd.arg(c.limit.min(LUA_MAX))
                 .arg(window_micros(c.window))
                 .arg(c.hits.min(LUA_MAX))
-                .arg(if c.shadow { "1" } else { "0" });
+                .arg(if c.shadow { "1" } else { "0" })
+                .arg(bucket_width_micros(c));
         }
     }
     cmd
@@ -167,6 +182,16 @@ impl ::redis::ToRedisArgs for PrefixedKey<'_> {
     }
 }
 
+/// The bucket width the script gets for a counter: 0 for the exact log. A width that does not
+/// divide the window (never from validated rules) is sent as the log, which is exact.
+fn bucket_width_micros(c: &Counter) -> u64 {
+    let window = window_micros(c.window);
+    match c.precision.bucket_width().map(window_micros) {
+        Some(width) if width > 0 && window.is_multiple_of(width) => width,
+        _ => 0,
+    }
+}
+
 /// The window in microseconds, at most [`MAX_WINDOW`] (what validation lets through): a hit's time
 /// plus the window stays an exact integer in Lua.
 pub fn window_micros(window: Duration) -> u64 {
@@ -183,6 +208,8 @@ pub struct Reported {
     /// The counter is full and some of its hits are provisional: another request's compensation
     /// may take them back early, so its full state must not be cached.
     pub provisional: bool,
+    /// The bucket a bucket counter's hits went to (its index in the Redis hash), to take them back.
+    pub bucket: Option<u64>,
 }
 
 /// The script's answer for the counters it was given.
@@ -193,10 +220,16 @@ pub struct Reply {
     pub counters: Vec<Reported>,
 }
 
+/// Integers the script answers per counter.
+const PER_COUNTER: usize = 5;
+
 /// Reads the script's answer to a [`command`]: 64-bit little-endian integers, per part
-/// `allowed, (over, count, reset_after_us, reset1_us)*`.
+/// `allowed, (over, count, reset_after_us, reset1_us, bucket)*`.
 pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreError> {
-    let expected: usize = parts.iter().map(|p| 1 + 4 * p.counters.len()).sum();
+    let expected: usize = parts
+        .iter()
+        .map(|p| 1 + PER_COUNTER * p.counters.len())
+        .sum();
     if reply.len() != 8 * expected {
         return Err(StoreError::Backend(format!(
             "sliding-window script returned {} bytes, expected {} integers",
@@ -212,7 +245,7 @@ pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreEr
     let replies = parts
         .iter()
         .map(|part| {
-            let (answer, tail) = rest.split_at(1 + 4 * part.counters.len());
+            let (answer, tail) = rest.split_at(1 + PER_COUNTER * part.counters.len());
             rest = tail;
             parse_one(answer, part.counters)
         })
@@ -220,11 +253,12 @@ pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreEr
     Ok(replies)
 }
 
-/// One part's `{allowed, (over, count, reset_after_us, reset1_us)*}`, its length already checked.
+/// One part's `{allowed, (over, count, reset_after_us, reset1_us, bucket)*}`, its length already
+/// checked.
 fn parse_one(answer: &[i64], counters: &[Counter]) -> Reply {
     let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
     let counters = answer[1..]
-        .chunks_exact(4)
+        .chunks_exact(PER_COUNTER)
         .zip(counters)
         .map(|(r, c)| {
             let count = u64::try_from(r[1]).unwrap_or(0);
@@ -237,6 +271,7 @@ fn parse_one(answer: &[i64], counters: &[Counter]) -> Reply {
                 },
                 one_hit_fits_in: (r[3] >= 0).then(|| micros(r[3])),
                 provisional: r[3] == -2,
+                bucket: u64::try_from(r[4]).ok(),
             }
         })
         .collect();
@@ -249,6 +284,7 @@ fn parse_one(answer: &[i64], counters: &[Counter]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Precision;
     use std::collections::HashSet;
 
     #[test]
@@ -290,6 +326,7 @@ mod tests {
             window: Duration::from_secs(1),
             hits: 1,
             shadow: false,
+            precision: Precision::Exact,
         };
         let part = |id| CallPart {
             id,
@@ -298,7 +335,7 @@ mod tests {
         };
         let packed =
             |values: &[i64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
-        let replies = parse(&packed(&[0, 1, 5, 300, 250]), &[part("a")]).expect("parse");
+        let replies = parse(&packed(&[0, 1, 5, 300, 250, -1]), &[part("a")]).expect("parse");
         assert!(!replies[0].allowed);
         assert_eq!(replies[0].counters[0].result.remaining, 0);
         assert_eq!(
@@ -306,13 +343,15 @@ mod tests {
             Some(Duration::from_micros(250))
         );
         assert!(!replies[0].counters[0].provisional);
-        let two = packed(&[0, 1, 5, 300, -2, 1, 0, 2, 0, -1]);
+        assert_eq!(replies[0].counters[0].bucket, None);
+        let two = packed(&[0, 1, 5, 300, -2, -1, 1, 0, 2, 0, -1, 1_200_000]);
         let replies = parse(&two, &[part("a"), part("b")]).expect("parse");
         assert!(replies[0].counters[0].provisional);
         assert_eq!(replies[0].counters[0].one_hit_fits_in, None);
         assert!(replies[1].allowed && replies[1].counters[0].result.remaining == 3);
+        assert_eq!(replies[1].counters[0].bucket, Some(1_200_000));
         assert!(parse(&packed(&[1]), &[part("a")]).is_err());
-        assert!(parse(&packed(&[1, 0, 1, 0, -1]), &[part("a"), part("b")]).is_err());
+        assert!(parse(&packed(&[1, 0, 1, 0, -1, -1]), &[part("a"), part("b")]).is_err());
         assert!(parse(&two[..two.len() - 1], &[part("a"), part("b")]).is_err());
     }
 }

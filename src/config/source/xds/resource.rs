@@ -262,7 +262,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "edge user: 5 per WEEK (window 7days) name=weekly replaces=free shadow_mode \
+                "edge user: 5 per WEEK (window 7days, exact) name=weekly replaces=free shadow_mode \
                  detailed_metric [xds:edge]",
                 "edge user.path_/free: unlimited name=free [xds:edge]",
             ]
