@@ -25,6 +25,8 @@ use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
+use slidegate::server::tls::rotate::Rotation;
+use slidegate::server::tls::{Tls, TlsFiles};
 use slidegate::server::{Apps, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
@@ -126,6 +128,26 @@ struct ServeArgs {
     /// Address of the HTTP server (/json, /check, /healthcheck, /rlconfig, /metrics).
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// PEM certificate chain (leaf first): both listeners serve TLS only (gRPC with ALPN h2,
+    /// HTTP with h2 and http/1.1). Replaced without a restart when the file changes.
+    #[arg(long, env = "SLIDEGATE_TLS_CERT_FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, env = "SLIDEGATE_TLS_KEY_FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// PEM bundle of CAs for client certificates: mutual TLS, every client must present a
+    /// certificate signed by one of them (refused with a TLS alert otherwise).
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    tls_client_ca_file: Option<PathBuf>,
+    /// Comma-separated URI SANs (SPIFFE IDs) and DNS names: with --tls-client-ca-file, a client
+    /// certificate must carry one of them exactly (refused with a TLS alert otherwise).
+    #[arg(
+        long,
+        env = "SLIDEGATE_TLS_CLIENT_SAN",
+        value_delimiter = ',',
+        requires = "tls_client_ca_file"
+    )]
+    tls_client_san: Vec<String>,
     /// Redis server, `redis://[user:pass@]host:port[/db]` or `rediss://` for TLS. Without it (and
     /// without --redis-cluster) counters live in this process's memory.
     #[arg(long, env = "SLIDEGATE_REDIS_URL")]
@@ -512,6 +534,18 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));
 
+    // Kept until the end: dropping the rotation stops watching the TLS files.
+    let (tls, _rotation) = match tls_files(&args) {
+        Some(files) => {
+            let tls =
+                Tls::load(&files, Arc::clone(&metrics)).context("cannot load TLS material")?;
+            let rotation = Rotation::spawn(files, Arc::clone(&tls), Arc::clone(&metrics))
+                .context("cannot watch the TLS files")?;
+            (Some(tls), Some(rotation))
+        }
+        None => (None, None),
+    };
+
     let (stop_tx, stop_rx) = watch::channel(false);
     let grpc_listener = TcpListener::bind(args.grpc_addr)
         .await
@@ -554,7 +588,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         usize::from(args.workers),
         (grpc_listener, http_listener),
         apps,
-        server_limits(&args),
+        (server_limits(&args), tls),
         Arc::clone(&metrics),
         stop_rx,
     )
@@ -593,6 +627,16 @@ fn server_limits(args: &ServeArgs) -> ServerLimits {
         max_buffered_bytes: args.max_buffered_bytes,
         drain_timeout: args.drain_timeout,
     }
+}
+
+/// The TLS files when --tls-cert-file is given (clap makes --tls-key-file come with it).
+fn tls_files(args: &ServeArgs) -> Option<TlsFiles> {
+    Some(TlsFiles {
+        cert: args.tls_cert_file.clone()?,
+        key: args.tls_key_file.clone()?,
+        client_ca: args.tls_client_ca_file.clone(),
+        client_sans: args.tls_client_san.clone(),
+    })
 }
 
 /// The rule path when neither --config nor --xds-server is given.
@@ -706,6 +750,8 @@ fn log_effective_config(args: &ServeArgs) {
         xds_node_id = %args.xds_node_id,
         grpc_addr = %args.grpc_addr,
         http_addr = %args.http_addr,
+        tls = args.tls_cert_file.is_some(),
+        mtls = args.tls_client_ca_file.is_some(),
         store,
         redis_url = redis_url.as_deref().unwrap_or("-"),
         redis_cluster = %redis_cluster.join(","),

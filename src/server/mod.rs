@@ -17,7 +17,8 @@
 //! thread. A connection stays on its worker for its whole life.
 //!
 //! The acceptors admit a connection only under the connection caps ([`limits`]); each worker
-//! holds its connections to the timeouts there, and reads them through [`flood::Metered`].
+//! runs the TLS handshake when TLS is on ([`tls`], within the handshake timeout), holds its
+//! connections to the timeouts there, and reads the decrypted bytes through [`flood::Metered`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -34,12 +35,14 @@ pub mod grpc;
 mod http;
 pub mod limits;
 mod throttle;
+pub mod tls;
 
 use crate::metrics::Metrics;
 use flood::Metered;
 use grpc::{GrpcApp, Serving};
 use limits::{Admission, ServerLimits, Ticket};
 use throttle::Throttle;
+use tls::{Listener, Tls};
 
 /// What every worker serves: the gRPC services and the HTTP app. Cloned once per worker.
 #[derive(Clone)]
@@ -59,13 +62,14 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` worker threads serving `apps` within `limits`, and the two acceptors (on
-    /// the current runtime). Everything stops accepting when `stop` turns true, then drains.
+    /// Starts `count` worker threads serving `apps` within `limits` (through `tls` when set),
+    /// and the two acceptors (on the current runtime). Everything stops accepting when `stop`
+    /// turns true, then drains.
     pub fn start(
         count: usize,
         (grpc, http): (TcpListener, TcpListener),
         apps: Apps,
-        limits: ServerLimits,
+        (limits, tls): (ServerLimits, Option<Arc<Tls>>),
         metrics: Arc<Metrics>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<Workers> {
@@ -89,6 +93,7 @@ impl Workers {
                 http: http_rx,
                 limits: Arc::clone(&limits),
                 buffered: Arc::clone(&buffered),
+                tls: tls.clone(),
                 stop: stop.clone(),
             };
             let exit_tx = exit_tx.clone();
@@ -231,6 +236,7 @@ struct Worker {
     http: mpsc::UnboundedReceiver<Handoff>,
     limits: Arc<ServerLimits>,
     buffered: Arc<Semaphore>,
+    tls: Option<Arc<Tls>>,
     stop: watch::Receiver<bool>,
 }
 
@@ -264,11 +270,12 @@ impl Worker {
             stop: self.stop.clone(),
             drain_over: drain_over.clone(),
         };
-        let grpc = serve_grpc(self.grpc, self.apps.grpc, serving);
+        let grpc = serve_grpc(self.grpc, self.apps.grpc, serving, self.tls.clone());
         let http = http::serve(
             self.http,
             self.apps.http,
             &self.limits,
+            self.tls,
             self.stop,
             drain_over,
         );
@@ -286,6 +293,7 @@ async fn serve_grpc(
     mut handoffs: mpsc::UnboundedReceiver<Handoff>,
     app: GrpcApp,
     serving: Serving,
+    tls: Option<Arc<Tls>>,
 ) {
     let mut connections = JoinSet::new();
     let mut stopping = std::pin::pin!(stopped(serving.stop.clone()));
@@ -295,11 +303,16 @@ async fn serve_grpc(
             () = &mut stopping => break,
             handoff = handoffs.recv(), if open => match handoff {
                 Some((stream, ticket)) => {
-                    let Some((io, _peer)) = take_over(stream) else { continue };
-                    let served = grpc::serve_connection(Metered::new(io), app.clone(), serving.clone());
+                    let Some((io, peer)) = take_over(stream) else { continue };
+                    let (app, serving, tls) = (app.clone(), serving.clone(), tls.clone());
                     connections.spawn(async move {
-                        if let Err(error) = served.await {
-                            tracing::debug!(%error, "gRPC connection ended");
+                        let timeout = serving.limits.handshake_timeout;
+                        let secured = tls::secure(tls.as_deref(), io, peer, Listener::Grpc, timeout);
+                        if let Some(io) = secured.await {
+                            let served = grpc::serve_connection(Metered::new(io), app, serving);
+                            if let Err(error) = served.await {
+                                tracing::debug!(%error, "gRPC connection ended");
+                            }
                         }
                         drop(ticket);
                     });

@@ -1,0 +1,448 @@
+//! TLS and mutual TLS on the real binary, with certificates generated here (rcgen): a client with
+//! a certificate from the configured CA and a SAN on the allow-list gets answers over gRPC and
+//! HTTPS; a certificate from another CA, no certificate, a SAN not on the list and plaintext are
+//! refused during the handshake and counted by reason. The certificate, key and client CA are
+//! replaced while serving (a rename over the file, a Kubernetes Secret `..data` swap): new
+//! connections get the new certificate, open ones keep working, and a broken replacement keeps
+//! the old one serving.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::{Slidegate, descriptor, metric_value, request, wait_until};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+const RULES: &str = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n";
+
+/// The SAN the allowed clients carry.
+const ALLOWED: &str = "spiffe://cluster.local/ns/edge/sa/envoy";
+
+/// A CA that issues certificates for the tests.
+struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pem: String,
+}
+
+/// A certificate and its key, PEM.
+#[derive(Clone)]
+struct Pair {
+    cert: String,
+    key: String,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().expect("ca key");
+        let cert = params.self_signed(&key).expect("ca cert");
+        Ca {
+            issuer: rcgen::Issuer::new(params, key),
+            pem: cert.pem(),
+        }
+    }
+
+    /// The server's certificate, for `localhost` and 127.0.0.1.
+    fn server(&self) -> Pair {
+        self.issue(
+            &["localhost", "127.0.0.1"],
+            None,
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    /// A client certificate carrying the URI SAN `uri`.
+    fn client(&self, uri: &str) -> Pair {
+        self.issue(&[], Some(uri), rcgen::ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    fn issue(
+        &self,
+        names: &[&str],
+        uri: Option<&str>,
+        usage: rcgen::ExtendedKeyUsagePurpose,
+    ) -> Pair {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).expect("params");
+        if let Some(uri) = uri {
+            params.subject_alt_names.push(rcgen::SanType::URI(
+                rcgen::string::Ia5String::try_from(uri).expect("uri"),
+            ));
+        }
+        params.extended_key_usages = vec![usage];
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &self.issuer).expect("cert");
+        Pair {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// Writes `contents` to `path` through a temporary file renamed over it, as cert-manager does.
+fn rename_over(path: &Path, contents: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// A directory laid out as a Kubernetes Secret volume: `tls.crt`, `tls.key` and `ca.crt` are
+/// symlinks through `..data` to a timestamped directory.
+struct SecretVolume {
+    dir: tempfile::TempDir,
+    generation: usize,
+}
+
+impl SecretVolume {
+    fn new(server: &Pair, ca: &str) -> SecretVolume {
+        let mut volume = SecretVolume {
+            dir: tempfile::tempdir().expect("tempdir"),
+            generation: 0,
+        };
+        volume.swap(server, ca);
+        for name in ["tls.crt", "tls.key", "ca.crt"] {
+            std::os::unix::fs::symlink(format!("..data/{name}"), volume.path(name)).expect("link");
+        }
+        volume
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// What kubelet does on a Secret update: a new timestamped directory, a `..data_tmp`
+    /// symlink to it, renamed over `..data`.
+    fn swap(&mut self, server: &Pair, ca: &str) {
+        self.generation += 1;
+        let data = format!("..2026_12_01_{}", self.generation);
+        let dir = self.dir.path().join(&data);
+        std::fs::create_dir(&dir).expect("data dir");
+        std::fs::write(dir.join("tls.crt"), &server.cert).expect("cert");
+        std::fs::write(dir.join("tls.key"), &server.key).expect("key");
+        std::fs::write(dir.join("ca.crt"), ca).expect("ca");
+        let tmp = self.path("..data_tmp");
+        std::os::unix::fs::symlink(&data, &tmp).expect("data link");
+        std::fs::rename(&tmp, self.path("..data")).expect("swap ..data");
+    }
+}
+
+fn rules() -> tempfile::NamedTempFile {
+    let file = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("rules");
+    std::fs::write(file.path(), RULES).expect("write rules");
+    file
+}
+
+/// slidegate with TLS on both ports from `files` (cert, key, client CA) and the SAN allow-list.
+fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> Slidegate {
+    let flags = [
+        "--tls-cert-file",
+        path_str(cert),
+        "--tls-key-file",
+        path_str(key),
+        "--tls-client-ca-file",
+        path_str(client_ca),
+        "--tls-client-san",
+        &format!("{ALLOWED},envoy.internal"),
+    ];
+    Slidegate::start(rules, &flags)
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// A gRPC channel over TLS trusting `server_ca`, presenting `client` if given.
+async fn channel(port: u16, server_ca: &str, client: Option<&Pair>) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(server_ca))
+        .domain_name("localhost");
+    if let Some(client) = client {
+        tls = tls.identity(Identity::from_pem(&client.cert, &client.key));
+    }
+    Channel::from_shared(format!("https://127.0.0.1:{port}"))
+        .expect("uri")
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// One `ShouldRateLimit` call on `channel`: its code, or the error.
+async fn call(channel: Channel) -> Result<Code, String> {
+    let mut client = RateLimitServiceClient::new(channel);
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.should_rate_limit(request("tls", vec![descriptor(&[("k", "v")])])),
+    )
+    .await
+    .map_err(|_| "no answer in 5 s".to_string())?;
+    answer
+        .map(|a| a.into_inner().overall_code())
+        .map_err(|status| status.to_string())
+}
+
+/// A call over a new mTLS connection with `client`'s certificate.
+async fn call_as(port: u16, server_ca: &str, client: Option<&Pair>) -> Result<Code, String> {
+    call(channel(port, server_ca, client).await?).await
+}
+
+/// A blocking HTTPS exchange (HTTP/1.1) on a new connection: the server's leaf certificate and
+/// the response.
+fn https_get(
+    port: u16,
+    server_ca: &str,
+    client: &Pair,
+    path: &str,
+) -> std::io::Result<(Vec<u8>, String)> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(server_ca.as_bytes()) {
+        roots.add(ca.expect("ca pem")).expect("root");
+    }
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(client.cert.as_bytes())
+        .map(|c| c.expect("cert pem"))
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(client.key.as_bytes()).expect("key pem");
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client cert");
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name = ServerName::try_from("localhost").expect("name");
+    let connection =
+        rustls::ClientConnection::new(Arc::new(config), name).map_err(std::io::Error::other)?;
+    let socket = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    socket.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut tls = rustls::StreamOwned::new(connection, socket);
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    // A server that closes without close_notify ends the read with an error after the body.
+    let _ = tls.read_to_end(&mut raw);
+    let leaf = tls
+        .conn
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
+    Ok((leaf, String::from_utf8_lossy(&raw).into_owned()))
+}
+
+/// The DER of the first certificate in `pem`.
+fn der(pem: &str) -> Vec<u8> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .expect("a certificate")
+        .expect("pem")
+        .to_vec()
+}
+
+/// The metrics, fetched over HTTPS with `client`.
+fn metrics(port: u16, server_ca: &str, client: &Pair) -> String {
+    https_get(port, server_ca, client, "/metrics")
+        .expect("GET /metrics over TLS")
+        .1
+}
+
+fn refused(text: &str, listener: &str, reason: &str) -> f64 {
+    metric_value(
+        text,
+        &format!(
+            "slidegate_tls_handshake_failures_total{{listener=\"{listener}\",reason=\"{reason}\"}}"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_answers_allowed_clients_and_refuses_the_others_with_a_count() {
+    let ca = Ca::new("slidegate test CA");
+    let other_ca = Ca::new("another CA");
+    let server = ca.server();
+    let allowed = ca.client(ALLOWED);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key, client_ca) = (
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+        dir.path().join("ca.crt"),
+    );
+    std::fs::write(&cert, &server.cert).expect("cert");
+    std::fs::write(&key, &server.key).expect("key");
+    std::fs::write(&client_ca, &ca.pem).expect("ca");
+    let rules = rules();
+    let slidegate = start(rules.path(), &cert, &key, &client_ca);
+    let port = slidegate.grpc_port;
+
+    assert_eq!(
+        call_as(port, &ca.pem, Some(&allowed)).await,
+        Ok(Code::Ok),
+        "{}",
+        slidegate.log()
+    );
+    let dns = ca.issue(
+        &["envoy.internal"],
+        None,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    assert_eq!(
+        call_as(port, &ca.pem, Some(&dns)).await,
+        Ok(Code::Ok),
+        "a DNS SAN on the list"
+    );
+    let (_, json) =
+        https_get(slidegate.http_port, &ca.pem, &allowed, "/healthcheck").expect("HTTPS");
+    assert!(
+        json.starts_with("HTTP/1.1 200"),
+        "HTTPS /healthcheck: {json}"
+    );
+
+    let foreign = other_ca.client(ALLOWED);
+    let not_listed = ca.client("spiffe://cluster.local/ns/edge/sa/intruder");
+    for (who, client) in [
+        ("another CA", Some(&foreign)),
+        ("no certificate", None),
+        ("a SAN not on the list", Some(&not_listed)),
+    ] {
+        let answer = call_as(port, &ca.pem, client).await;
+        assert!(answer.is_err(), "{who} got an answer: {answer:?}");
+    }
+    let plaintext = async {
+        let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("uri")
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        call(channel).await
+    };
+    assert!(
+        plaintext.await.is_err(),
+        "plaintext to the TLS port got an answer"
+    );
+
+    let counted = wait_until(Duration::from_secs(5), || {
+        let text = metrics(slidegate.http_port, &ca.pem, &allowed);
+        [
+            "unknown_issuer",
+            "no_client_certificate",
+            "san_not_allowed",
+            "not_tls",
+        ]
+        .iter()
+        .all(|reason| refused(&text, "grpc", reason) >= 1.0)
+    });
+    let text = metrics(slidegate.http_port, &ca.pem, &allowed);
+    assert!(
+        counted,
+        "refusals not counted:\n{}",
+        text.lines()
+            .filter(|l| l.contains("tls"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let log = slidegate.log();
+    assert!(
+        log.contains("TLS handshake failed"),
+        "refusal not logged:\n{log}"
+    );
+    assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_without_a_restart_and_a_broken_one_keeps_the_old() {
+    let ca = Ca::new("slidegate test CA");
+    let first = ca.server();
+    let client = ca.client(ALLOWED);
+    let mut volume = SecretVolume::new(&first, &ca.pem);
+    let rules = rules();
+    let slidegate = start(
+        rules.path(),
+        &volume.path("tls.crt"),
+        &volume.path("tls.key"),
+        &volume.path("ca.crt"),
+    );
+    let http = slidegate.http_port;
+    let served = || {
+        https_get(http, &ca.pem, &client, "/healthcheck")
+            .map(|(leaf, _)| leaf)
+            .unwrap_or_default()
+    };
+    assert_eq!(served(), der(&first.cert));
+    let open = channel(slidegate.grpc_port, &ca.pem, Some(&client))
+        .await
+        .expect("connect");
+    assert_eq!(call(open.clone()).await, Ok(Code::Ok));
+
+    // A Kubernetes Secret update: the `..data` symlink swapped.
+    let second = ca.server();
+    volume.swap(&second, &ca.pem);
+    assert!(
+        wait_until(Duration::from_secs(10), || served() == der(&second.cert)),
+        "the swapped Secret was not served:\n{}",
+        slidegate.log()
+    );
+    assert_eq!(
+        call(open.clone()).await,
+        Ok(Code::Ok),
+        "an open connection broke"
+    );
+
+    // cert-manager style: new files renamed over the names.
+    let third = ca.server();
+    rename_over(&volume.path("tls.key"), &third.key);
+    rename_over(&volume.path("tls.crt"), &third.cert);
+    assert!(
+        wait_until(Duration::from_secs(10), || served() == der(&third.cert)),
+        "the renamed certificate was not served:\n{}",
+        slidegate.log()
+    );
+
+    // Broken replacements: garbage, then a key of another certificate. The third stays.
+    let failures = || {
+        metric_value(
+            &metrics(http, &ca.pem, &client),
+            "slidegate_tls_reloads_total{result=\"failure\"}",
+        )
+    };
+    rename_over(&volume.path("tls.crt"), "not a certificate\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || failures() >= 1.0),
+        "a broken certificate was not counted"
+    );
+    rename_over(&volume.path("tls.crt"), &ca.server().cert);
+    assert!(
+        wait_until(Duration::from_secs(10), || failures() >= 2.0),
+        "a key mismatch was not counted"
+    );
+    assert_eq!(
+        served(),
+        der(&third.cert),
+        "a broken replacement was served"
+    );
+    assert_eq!(call(open).await, Ok(Code::Ok), "an open connection broke");
+    let log = slidegate.log();
+    assert!(log.contains("the previous material keeps serving"), "{log}");
+    assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+}
