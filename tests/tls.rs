@@ -8,91 +8,20 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use support::{Slidegate, descriptor, metric_value, request, wait_until};
+use support::{Ca, Pair, Slidegate, descriptor, https_get, metric_value, request, wait_until};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 const RULES: &str = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n";
 
 /// The SAN the allowed clients carry.
 const ALLOWED: &str = "spiffe://cluster.local/ns/edge/sa/envoy";
-
-/// A CA that issues certificates for the tests.
-struct Ca {
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    pem: String,
-}
-
-/// A certificate and its key, PEM.
-#[derive(Clone)]
-struct Pair {
-    cert: String,
-    key: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = rcgen::KeyPair::generate().expect("ca key");
-        let cert = params.self_signed(&key).expect("ca cert");
-        Ca {
-            issuer: rcgen::Issuer::new(params, key),
-            pem: cert.pem(),
-        }
-    }
-
-    /// The server's certificate, for `localhost` and 127.0.0.1.
-    fn server(&self) -> Pair {
-        self.issue(
-            &["localhost", "127.0.0.1"],
-            None,
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-        )
-    }
-
-    /// A client certificate carrying the URI SAN `uri`.
-    fn client(&self, uri: &str) -> Pair {
-        self.issue(&[], Some(uri), rcgen::ExtendedKeyUsagePurpose::ClientAuth)
-    }
-
-    fn issue(
-        &self,
-        names: &[&str],
-        uri: Option<&str>,
-        usage: rcgen::ExtendedKeyUsagePurpose,
-    ) -> Pair {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = rcgen::CertificateParams::new(names).expect("params");
-        if let Some(uri) = uri {
-            params.subject_alt_names.push(rcgen::SanType::URI(
-                rcgen::string::Ia5String::try_from(uri).expect("uri"),
-            ));
-        }
-        params.extended_key_usages = vec![usage];
-        let key = rcgen::KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &self.issuer).expect("cert");
-        Pair {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
-}
 
 /// Writes `contents` to `path` through a temporary file renamed over it, as cert-manager does.
 fn rename_over(path: &Path, contents: &str) {
@@ -204,52 +133,6 @@ async fn call(channel: Channel) -> Result<Code, String> {
 /// A call over a new mTLS connection with `client`'s certificate.
 async fn call_as(port: u16, server_ca: &str, client: Option<&Pair>) -> Result<Code, String> {
     call(channel(port, server_ca, client).await?).await
-}
-
-/// A blocking HTTPS exchange (HTTP/1.1) on a new connection: the server's leaf certificate and
-/// the response.
-fn https_get(
-    port: u16,
-    server_ca: &str,
-    client: &Pair,
-    path: &str,
-) -> std::io::Result<(Vec<u8>, String)> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(server_ca.as_bytes()) {
-        roots.add(ca.expect("ca pem")).expect("root");
-    }
-    let chain: Vec<_> = CertificateDer::pem_slice_iter(client.cert.as_bytes())
-        .map(|c| c.expect("cert pem"))
-        .collect();
-    let key = PrivateKeyDer::from_pem_slice(client.key.as_bytes()).expect("key pem");
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .expect("client cert");
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let name = ServerName::try_from("localhost").expect("name");
-    let connection =
-        rustls::ClientConnection::new(Arc::new(config), name).map_err(std::io::Error::other)?;
-    let socket = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    socket.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut tls = rustls::StreamOwned::new(connection, socket);
-    write!(
-        tls,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    // A server that closes without close_notify ends the read with an error after the body.
-    let _ = tls.read_to_end(&mut raw);
-    let leaf = tls
-        .conn
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .map(|c| c.to_vec())
-        .unwrap_or_default();
-    Ok((leaf, String::from_utf8_lossy(&raw).into_owned()))
 }
 
 /// The DER of the first certificate in `pem`.

@@ -99,6 +99,12 @@ impl Tls {
         };
         self.metrics
             .tls_handshake_failure(listener.as_str(), failure.reason);
+        // A connection closed before it sent anything is what TCP health probes do: counted,
+        // but not logged, so that probes do not hide the refusals in the aggregated warning.
+        if failure.reason == "aborted" {
+            tracing::debug!(listener = listener.as_str(), %peer, error = %failure.detail, "TLS handshake aborted");
+            return None;
+        }
         static REFUSED: Throttle = Throttle::new();
         if let Some(left_out) = REFUSED.admit() {
             tracing::warn!(
