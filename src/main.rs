@@ -26,7 +26,7 @@ use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
 use slidegate::server::tls::rotate::Rotation;
-use slidegate::server::tls::{Tls, TlsFiles};
+use slidegate::server::tls::{Listener, Tls, TlsFiles};
 use slidegate::server::{Apps, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
@@ -148,6 +148,17 @@ struct ServeArgs {
         requires = "tls_client_ca_file"
     )]
     tls_client_san: Vec<String>,
+    /// Comma-separated listeners that serve TLS with --tls-cert-file: `grpc`, `http`. The others
+    /// stay plaintext (say, HTTP for a kubelet's /healthcheck probe).
+    #[arg(
+        long,
+        env = "SLIDEGATE_TLS_LISTENERS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "grpc,http",
+        requires = "tls_cert_file"
+    )]
+    tls_listeners: Vec<Listener>,
     /// Redis server, `redis://[user:pass@]host:port[/db]` or `rediss://` for TLS. Without it (and
     /// without --redis-cluster) counters live in this process's memory.
     #[arg(long, env = "SLIDEGATE_REDIS_URL")]
@@ -632,6 +643,7 @@ fn server_limits(args: &ServeArgs) -> ServerLimits {
 /// The TLS files when --tls-cert-file is given (clap makes --tls-key-file come with it).
 fn tls_files(args: &ServeArgs) -> Option<TlsFiles> {
     Some(TlsFiles {
+        listeners: args.tls_listeners.clone(),
         cert: args.tls_cert_file.clone()?,
         key: args.tls_key_file.clone()?,
         client_ca: args.tls_client_ca_file.clone(),
@@ -750,7 +762,7 @@ fn log_effective_config(args: &ServeArgs) {
         xds_node_id = %args.xds_node_id,
         grpc_addr = %args.grpc_addr,
         http_addr = %args.http_addr,
-        tls = args.tls_cert_file.is_some(),
+        tls = ?args.tls_cert_file.as_ref().map(|_| &args.tls_listeners),
         mtls = args.tls_client_ca_file.is_some(),
         store,
         redis_url = redis_url.as_deref().unwrap_or("-"),

@@ -329,3 +329,43 @@ async fn certificates_rotate_without_a_restart_and_a_broken_one_keeps_the_old() 
     assert!(log.contains("the previous material keeps serving"), "{log}");
     assert!(!log.contains("PRIVATE KEY"), "key material in the log");
 }
+
+/// envoyproxy/ratelimit's TLS variables (as Envoy Gateway sets them) turn on mutual TLS on the
+/// gRPC port only: a client with an allowed certificate is answered, one with another SAN is
+/// refused, and the HTTP port keeps answering plaintext probes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoyproxy_ratelimit_tls_variables_secure_the_grpc_port_only() {
+    let ca = Ca::new("slidegate test CA");
+    let server = ca.server();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path.to_str().expect("utf-8 path").to_string()
+    };
+    let (cert, key, client_ca) = (
+        write("tls.crt", &server.cert),
+        write("tls.key", &server.key),
+        write("ca.crt", &ca.pem),
+    );
+    let env = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", cert.as_str()),
+        ("GRPC_SERVER_TLS_KEY", key.as_str()),
+        ("GRPC_CLIENT_TLS_CACERT", client_ca.as_str()),
+        ("GRPC_CLIENT_TLS_SAN", ALLOWED),
+    ];
+    let rules = rules();
+    let slidegate = Slidegate::start_with_env(rules.path(), &[], &env);
+    let port = slidegate.grpc_port;
+    assert_eq!(
+        call_as(port, &ca.pem, Some(&ca.client(ALLOWED))).await,
+        Ok(Code::Ok),
+        "{}",
+        slidegate.log()
+    );
+    let other = ca.client("spiffe://cluster.local/ns/edge/sa/other");
+    assert!(call_as(port, &ca.pem, Some(&other)).await.is_err());
+    let (status, _) = slidegate.get("/healthcheck");
+    assert_eq!(status, 200, "plaintext /healthcheck: {}", slidegate.log());
+}

@@ -19,9 +19,11 @@ use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore};
 use rustls::{SignatureScheme, SupportedProtocolVersion};
 
-/// Where the material comes from, as the flags name it.
+/// Where the material comes from, as the flags name it, and which listeners serve it.
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
+    /// The listeners that serve TLS (the others stay plaintext).
+    pub listeners: Vec<super::Listener>,
     /// The server's certificate chain (leaf first), PEM.
     pub cert: PathBuf,
     /// The server's private key (PKCS#8, PKCS#1 or SEC1), PEM.

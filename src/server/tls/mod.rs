@@ -34,8 +34,9 @@ use super::throttle::Throttle;
 use crate::metrics::Metrics;
 pub use material::{Material, TlsError, TlsFiles};
 
-/// Which listener a connection came to: its ALPN protocols and the metrics' `listener` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which listener a connection came to: whether it is TLS, its ALPN protocols and the metrics'
+/// `listener` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Listener {
     Grpc,
     Http,
@@ -54,6 +55,8 @@ impl Listener {
 #[derive(Debug)]
 pub struct Tls {
     live: ArcSwap<Material>,
+    /// The listeners that serve TLS; the others stay plaintext.
+    listeners: Vec<Listener>,
     metrics: Arc<Metrics>,
 }
 
@@ -63,6 +66,7 @@ impl Tls {
         let material = material::build(files, &material::read(files)?)?;
         Ok(Arc::new(Tls {
             live: ArcSwap::from_pointee(material),
+            listeners: files.listeners.clone(),
             metrics,
         }))
     }
@@ -237,7 +241,8 @@ impl AsyncWrite for Stream {
     }
 }
 
-/// A connection as the servers get it: through TLS when `tls` is set, else as it came.
+/// A connection as the servers get it: through TLS when `tls` covers `listener`, else as it
+/// came.
 pub async fn secure(
     tls: Option<&Tls>,
     io: TcpStream,
@@ -246,7 +251,9 @@ pub async fn secure(
     timeout: Duration,
 ) -> Option<Stream> {
     match tls {
-        Some(tls) => tls.accept(io, peer, listener, timeout).await,
-        None => Some(Stream::Plain(io)),
+        Some(tls) if tls.listeners.contains(&listener) => {
+            tls.accept(io, peer, listener, timeout).await
+        }
+        _ => Some(Stream::Plain(io)),
     }
 }
