@@ -15,7 +15,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use support::{Ca, Pair, Slidegate, descriptor, https_get, metric_value, request, wait_until};
+use support::{
+    Ca, Pair, Slidegate, descriptor, https_get, metric_value, request, tls_client_config,
+    wait_until,
+};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 const RULES: &str = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n";
@@ -368,4 +371,91 @@ async fn envoyproxy_ratelimit_tls_variables_secure_the_grpc_port_only() {
     assert!(call_as(port, &ca.pem, Some(&other)).await.is_err());
     let (status, _) = slidegate.get("/healthcheck");
     assert_eq!(status, 200, "plaintext /healthcheck: {}", slidegate.log());
+}
+
+/// The limits every connection gets hold under TLS: a client that opens a connection and never
+/// finishes the handshake is closed at the handshake timeout (and counted), and a PING flood
+/// inside an mTLS session is cut off by the control-frame meter, which reads the decrypted
+/// stream; meanwhile an allowed client keeps getting answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_handshakes_and_ping_floods_inside_tls_are_closed() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ca = Ca::new("slidegate test CA");
+    let server = ca.server();
+    let client = ca.client(ALLOWED);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path
+    };
+    let (cert, key, client_ca) = (
+        write("tls.crt", &server.cert),
+        write("tls.key", &server.key),
+        write("ca.crt", &ca.pem),
+    );
+    let rules = rules();
+    let flags = [
+        "--tls-cert-file",
+        path_str(&cert),
+        "--tls-key-file",
+        path_str(&key),
+        "--tls-client-ca-file",
+        path_str(&client_ca),
+        "--handshake-timeout",
+        "1s",
+    ];
+    let slidegate = Slidegate::start(rules.path(), &flags);
+    let port = slidegate.grpc_port;
+
+    // A handshake that never completes: half a ClientHello, then silence.
+    let mut stalled = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    stalled
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .await
+        .expect("write");
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(5), stalled.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "a stalled handshake was not closed: {closed:?}"
+    );
+
+    // A PING flood inside an mTLS session.
+    let connector = tokio_rustls::TlsConnector::from(tls_client_config(&ca.pem, &client, b"h2"));
+    let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let tls = connector
+        .connect(name, socket)
+        .await
+        .expect("mTLS handshake");
+    let (mut read, mut write) = tokio::io::split(tls);
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 << 10];
+        while matches!(read.read(&mut buf).await, Ok(n) if n > 0) {}
+    });
+    let mut start = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    start.extend([0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7].repeat(1000);
+    let flood = async {
+        if write.write_all(&start).await.is_ok() {
+            while write.write_all(&ping).await.is_ok() {}
+        }
+    };
+    let cut_off = tokio::select! {
+        () = flood => true,
+        _ = reader => true,
+        _ = tokio::time::sleep(Duration::from_secs(5)) => false,
+    };
+    assert!(cut_off, "a PING flood inside TLS was not cut off");
+    assert_eq!(call_as(port, &ca.pem, Some(&client)).await, Ok(Code::Ok));
+    let text = metrics(slidegate.http_port, &ca.pem, &client);
+    assert!(
+        refused(&text, "grpc", "handshake_timeout") >= 1.0,
+        "stalled handshake not counted"
+    );
 }

@@ -883,28 +883,10 @@ pub fn https_get(
     client: &Pair,
     path: &str,
 ) -> std::io::Result<(Vec<u8>, String)> {
-    use rustls::pki_types::pem::PemObject;
     use std::io::{Read, Write};
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in rustls::pki_types::CertificateDer::pem_slice_iter(server_ca.as_bytes()) {
-        roots.add(ca.expect("ca pem")).expect("root");
-    }
-    let chain: Vec<_> = rustls::pki_types::CertificateDer::pem_slice_iter(client.cert.as_bytes())
-        .map(|c| c.expect("cert pem"))
-        .collect();
-    let key =
-        rustls::pki_types::PrivateKeyDer::from_pem_slice(client.key.as_bytes()).expect("key pem");
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .expect("client cert");
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let config = tls_client_config(server_ca, client, b"http/1.1");
     let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
-    let connection = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
-        .map_err(std::io::Error::other)?;
+    let connection = rustls::ClientConnection::new(config, name).map_err(std::io::Error::other)?;
     let socket = std::net::TcpStream::connect(("127.0.0.1", port))?;
     socket.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut tls = rustls::StreamOwned::new(connection, socket);
@@ -922,4 +904,31 @@ pub fn https_get(
         .map(|c| c.to_vec())
         .unwrap_or_default();
     Ok((leaf, String::from_utf8_lossy(&raw).into_owned()))
+}
+
+/// A rustls client configuration trusting `server_ca`, presenting `client`, offering `alpn`.
+pub fn tls_client_config(
+    server_ca: &str,
+    client: &Pair,
+    alpn: &[u8],
+) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in rustls::pki_types::CertificateDer::pem_slice_iter(server_ca.as_bytes()) {
+        roots.add(ca.expect("ca pem")).expect("root");
+    }
+    let chain: Vec<_> = rustls::pki_types::CertificateDer::pem_slice_iter(client.cert.as_bytes())
+        .map(|c| c.expect("cert pem"))
+        .collect();
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(client.key.as_bytes()).expect("key pem");
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client cert");
+    config.alpn_protocols = vec![alpn.to_vec()];
+    std::sync::Arc::new(config)
 }
