@@ -158,6 +158,7 @@ pub struct Metrics {
     connections_refused: IntCounterVec,
     tls_handshake_failures: IntCounterVec,
     tls_reloads: IntCounterVec,
+    tls_expiry: IntGauge,
     rule_cache: RwLock<RuleCache>,
 }
 
@@ -253,6 +254,11 @@ impl Metrics {
             "Replacements of the TLS certificate, key or client CAs by result (success, failure).",
             &["result"],
         )?;
+        let tls_expiry = IntGauge::new(
+            "slidegate_tls_certificate_expiry_timestamp_seconds",
+            "When the certificate the listeners serve expires, Unix time (with TLS on).",
+        )?;
+        registry.register(Box::new(tls_expiry.clone()))?;
         let unknown_domain = IntCounter::new(
             "slidegate_unknown_domain_total",
             "Requests for a domain that has no rules.",
@@ -344,6 +350,7 @@ impl Metrics {
             connections_refused,
             tls_handshake_failures,
             tls_reloads,
+            tls_expiry,
             rule_cache: RwLock::new(RuleCache::default()),
         })
     }
@@ -516,6 +523,11 @@ impl Metrics {
     pub fn tls_reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };
         self.tls_reloads.with_label_values(&[result]).inc();
+    }
+
+    /// The expiry of the certificate now served, Unix time.
+    pub fn set_tls_expiry(&self, expires: i64) {
+        self.tls_expiry.set(expires);
     }
 
     /// The number of live rules.

@@ -248,6 +248,15 @@ async fn mutual_tls_answers_allowed_clients_and_refuses_the_others_with_a_count(
             .collect::<Vec<_>>()
             .join("\n")
     );
+    let expiry = metric_value(&text, "slidegate_tls_certificate_expiry_timestamp_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    assert!(
+        expiry > now,
+        "certificate expiry {expiry} not in the future"
+    );
     let log = slidegate.log();
     assert!(
         log.contains("TLS handshake failed"),

@@ -78,6 +78,8 @@ pub enum TlsError {
 /// The rustls configurations the listeners accept connections with.
 #[derive(Debug)]
 pub struct Material {
+    /// When the served certificate expires, Unix time: what an alert watches.
+    pub expires: i64,
     /// ALPN `h2` only: gRPC is HTTP/2.
     pub grpc: Arc<ServerConfig>,
     /// ALPN `h2` and `http/1.1`.
@@ -104,7 +106,7 @@ pub fn read(files: &TlsFiles) -> Result<Contents, TlsError> {
 pub fn build(files: &TlsFiles, contents: &Contents) -> Result<Material, TlsError> {
     let (cert_pem, key_pem) = (&contents[0], &contents[1]);
     let chain = certificates(&files.cert, cert_pem)?;
-    valid_now(&files.cert, &chain[0])?;
+    let expires = valid_now(&files.cert, &chain[0])?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|error| match error {
         rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoKey {
             path: files.key.clone(),
@@ -145,6 +147,7 @@ pub fn build(files: &TlsFiles, contents: &Contents) -> Result<Material, TlsError
         Ok::<_, TlsError>(Arc::new(config))
     };
     Ok(Material {
+        expires,
         grpc: config(&[b"h2"])?,
         http: config(&[b"h2", b"http/1.1"])?,
     })
@@ -169,14 +172,15 @@ fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>,
     Ok(chain)
 }
 
-/// An expired certificate would make every handshake fail: refuse it as a replacement.
-fn valid_now(path: &Path, leaf: &CertificateDer<'_>) -> Result<(), TlsError> {
+/// An expired certificate would make every handshake fail: refuse it as a replacement. When a
+/// valid one expires, Unix time.
+fn valid_now(path: &Path, leaf: &CertificateDer<'_>) -> Result<i64, TlsError> {
     let (_, parsed) =
         x509_parser::parse_x509_certificate(leaf).map_err(|_| TlsError::Unparseable {
             path: path.to_owned(),
         })?;
     if parsed.validity().is_valid() {
-        Ok(())
+        Ok(parsed.validity().not_after.timestamp())
     } else {
         Err(TlsError::NotValidNow {
             path: path.to_owned(),

@@ -64,6 +64,7 @@ impl Tls {
     /// Loads the material from `files`; an error names the file that is wrong.
     pub fn load(files: &TlsFiles, metrics: Arc<Metrics>) -> Result<Arc<Tls>, TlsError> {
         let material = material::build(files, &material::read(files)?)?;
+        metrics.set_tls_expiry(material.expires);
         Ok(Arc::new(Tls {
             live: ArcSwap::from_pointee(material),
             listeners: files.listeners.clone(),
@@ -73,6 +74,7 @@ impl Tls {
 
     /// New connections from now on get `material`.
     fn replace(&self, material: Material) {
+        self.metrics.set_tls_expiry(material.expires);
         self.live.store(Arc::new(material));
     }
 
