@@ -52,6 +52,11 @@ pub enum TlsError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid PEM: {source}")]
+    Pem {
+        path: PathBuf,
         source: rustls::pki_types::pem::Error,
     },
     #[error("{path} holds no PEM certificate")]
@@ -94,9 +99,9 @@ pub fn read(files: &TlsFiles) -> Result<Contents, TlsError> {
     files
         .paths()
         .map(|path| {
-            std::fs::read(path).map_err(|error| TlsError::Read {
+            std::fs::read(path).map_err(|source| TlsError::Read {
                 path: path.to_owned(),
-                source: rustls::pki_types::pem::Error::Io(error),
+                source,
             })
         })
         .collect()
@@ -111,7 +116,7 @@ pub fn build(files: &TlsFiles, contents: &Contents) -> Result<Material, TlsError
         rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoKey {
             path: files.key.clone(),
         },
-        source => TlsError::Read {
+        source => TlsError::Pem {
             path: files.key.clone(),
             source,
         },
@@ -160,7 +165,7 @@ const PROTOCOLS: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13, &rust
 fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let chain = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| TlsError::Read {
+        .map_err(|source| TlsError::Pem {
             path: path.to_owned(),
             source,
         })?;
@@ -293,4 +298,65 @@ fn subject_alt_names(cert: &CertificateDer<'_>) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed certificate for `localhost` valid from the start of year `from` to the
+    /// start of year `until`, and its key.
+    fn certificate(from: i32, until: i32) -> (String, String) {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params.not_before = rcgen::date_time_ymd(from, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until, 1, 1);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.self_signed(&key).expect("cert");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn files() -> TlsFiles {
+        TlsFiles {
+            listeners: vec![super::super::Listener::Grpc],
+            cert: PathBuf::from("tls.crt"),
+            key: PathBuf::from("tls.key"),
+            client_ca: None,
+            client_sans: Vec::new(),
+        }
+    }
+
+    fn built(cert: &str, key: &str) -> Result<Material, TlsError> {
+        build(
+            &files(),
+            &vec![cert.as_bytes().to_vec(), key.as_bytes().to_vec()],
+        )
+    }
+
+    #[test]
+    fn a_usable_pair_builds_and_broken_ones_say_why() {
+        let (cert, key) = certificate(2000, 2100);
+        let material = built(&cert, &key).expect("a good pair");
+        assert_eq!(material.expires, 4_102_444_800, "2100-01-01T00:00:00Z");
+        assert_eq!(material.grpc.alpn_protocols, vec![b"h2".to_vec()]);
+
+        let (_, other_key) = certificate(2000, 2100);
+        assert!(matches!(
+            built(&cert, &other_key),
+            Err(TlsError::Pair { .. })
+        ));
+        assert!(matches!(
+            built("junk\n", &key),
+            Err(TlsError::NoCertificate { .. })
+        ));
+        assert!(matches!(
+            built(&cert, "junk\n"),
+            Err(TlsError::NoKey { .. })
+        ));
+        let (expired, expired_key) = certificate(2000, 2001);
+        assert!(matches!(
+            built(&expired, &expired_key),
+            Err(TlsError::NotValidNow { .. })
+        ));
+    }
 }

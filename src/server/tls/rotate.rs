@@ -103,16 +103,23 @@ impl State {
     /// Reads the files; when they changed, builds and swaps in the new material or keeps the
     /// old and reports why.
     fn check(&mut self) {
-        let outcome = material::read(&self.files).and_then(|contents| {
-            if self.seen.as_ref() == Some(&contents) {
-                return Ok(None);
+        let contents = match material::read(&self.files) {
+            Ok(contents) => contents,
+            Err(error) => {
+                // Removed, or mid-swap: reported once, until the files can be read again.
+                if self.seen.take().is_some() {
+                    self.failed(&error);
+                }
+                return;
             }
-            self.seen = Some(contents.clone());
-            material::build(&self.files, &contents).map(Some)
-        });
-        match outcome {
-            Ok(None) => {}
-            Ok(Some(material)) => {
+        };
+        if self.seen.as_ref() == Some(&contents) {
+            return;
+        }
+        let built = material::build(&self.files, &contents);
+        self.seen = Some(contents);
+        match built {
+            Ok(material) => {
                 self.tls.replace(material);
                 self.metrics.tls_reload(true);
                 tracing::info!(
@@ -120,20 +127,15 @@ impl State {
                     "TLS material replaced; new connections get it"
                 );
             }
-            Err(error) => {
-                // An unreadable file (mid-swap, removed) is not counted again until it is read.
-                if matches!(error, material::TlsError::Read { .. }) && self.seen.is_none() {
-                    return;
-                }
-                if matches!(error, material::TlsError::Read { .. }) {
-                    self.seen = None;
-                }
-                self.metrics.tls_reload(false);
-                tracing::warn!(
-                    %error,
-                    "the new TLS material is not usable; the previous material keeps serving"
-                );
-            }
+            Err(error) => self.failed(&error),
         }
+    }
+
+    fn failed(&self, error: &material::TlsError) {
+        self.metrics.tls_reload(false);
+        tracing::warn!(
+            %error,
+            "the new TLS material is not usable; the previous material keeps serving"
+        );
     }
 }
