@@ -27,10 +27,10 @@ use slidegate::server::grpc::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
 use slidegate::server::tls::rotate::Rotation;
 use slidegate::server::tls::{Listener, Tls, TlsFiles};
-use slidegate::server::{Apps, Workers};
+use slidegate::server::{Apps, Listeners, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
-use slidegate::service::http::{AppState, router};
+use slidegate::service::http::{AppState, admin_router, data_router, router};
 use slidegate::store::{
     FailureMode, MemoryStore, RedisOptions, Store, SystemClock, connect, redact_url,
 };
@@ -128,6 +128,11 @@ struct ServeArgs {
     /// Address of the HTTP server (/json, /check, /healthcheck, /rlconfig, /metrics).
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Address of the operator listener (plaintext): /metrics, /rlconfig and /healthcheck move
+    /// there, and the HTTP port serves only /json, /check and /healthcheck. Bind it where only
+    /// operators and Prometheus reach it (127.0.0.1, a pod-internal port).
+    #[arg(long, env = "SLIDEGATE_ADMIN_ADDR")]
+    admin_addr: Option<SocketAddr>,
     /// PEM certificate chain (leaf first): both listeners serve TLS only (gRPC with ALPN h2,
     /// HTTP with h2 and http/1.1). Replaced without a restart when the file changes.
     #[arg(long, env = "SLIDEGATE_TLS_CERT_FILE", requires = "tls_key_file")]
@@ -564,7 +569,19 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     let http_listener = TcpListener::bind(args.http_addr)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", args.http_addr))?;
-    tracing::info!(grpc = %grpc_listener.local_addr()?, http = %http_listener.local_addr()?, workers = args.workers, "listening");
+    let admin_listener = match args.admin_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for operators on {addr}"))?,
+        ),
+        None => None,
+    };
+    let admin = admin_listener
+        .as_ref()
+        .map(|l| l.local_addr())
+        .transpose()?;
+    tracing::info!(grpc = %grpc_listener.local_addr()?, http = %http_listener.local_addr()?, admin = ?admin, workers = args.workers, "listening");
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -578,6 +595,12 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         .build_v1alpha()
         .context("cannot build gRPC reflection")?
         .max_decoding_message_size(BRIDGED_MESSAGE);
+    let state = AppState {
+        limiter: Arc::clone(&limiter),
+        health: Arc::clone(&health),
+        check_domain: args.check_domain.clone(),
+        config_status,
+    };
     let apps = Apps {
         grpc: GrpcApp::new(
             GrpcService::new(Arc::clone(&limiter)),
@@ -585,19 +608,19 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
                 .add_service(reflection_v1)
                 .add_service(reflection_v1alpha),
         ),
-        http: router(
-            AppState {
-                limiter: Arc::clone(&limiter),
-                health: Arc::clone(&health),
-                check_domain: args.check_domain.clone(),
-                config_status,
-            },
-            args.max_body_bytes,
-        ),
+        http: match admin {
+            Some(_) => data_router(state.clone(), args.max_body_bytes),
+            None => router(state.clone(), args.max_body_bytes),
+        },
+        admin: admin.map(|_| admin_router(state)),
     };
     let mut workers = Workers::start(
         usize::from(args.workers),
-        (grpc_listener, http_listener),
+        Listeners {
+            grpc: grpc_listener,
+            http: http_listener,
+            admin: admin_listener,
+        },
         apps,
         (server_limits(&args), tls),
         Arc::clone(&metrics),
@@ -762,6 +785,7 @@ fn log_effective_config(args: &ServeArgs) {
         xds_node_id = %args.xds_node_id,
         grpc_addr = %args.grpc_addr,
         http_addr = %args.http_addr,
+        admin_addr = ?args.admin_addr,
         tls = ?args.tls_cert_file.as_ref().map(|_| &args.tls_listeners),
         mtls = args.tls_client_ca_file.is_some(),
         store,

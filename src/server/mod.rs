@@ -44,11 +44,20 @@ use limits::{Admission, ServerLimits, Ticket};
 use throttle::Throttle;
 use tls::{Listener, Tls};
 
-/// What every worker serves: the gRPC services and the HTTP app. Cloned once per worker.
+/// What every worker serves: the gRPC services, the HTTP app and, with an operator listener,
+/// its app. Cloned once per worker.
 #[derive(Clone)]
 pub struct Apps {
     pub grpc: GrpcApp,
     pub http: axum::Router,
+    pub admin: Option<axum::Router>,
+}
+
+/// The bound listeners: gRPC, HTTP and the optional operator listener.
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub http: TcpListener,
+    pub admin: Option<TcpListener>,
 }
 
 /// A connection on its way from an acceptor to a worker, with its place under the caps.
@@ -67,7 +76,7 @@ impl Workers {
     /// turns true, then drains.
     pub fn start(
         count: usize,
-        (grpc, http): (TcpListener, TcpListener),
+        listeners: Listeners,
         apps: Apps,
         (limits, tls): (ServerLimits, Option<Arc<Tls>>),
         metrics: Arc<Metrics>,
@@ -81,16 +90,20 @@ impl Workers {
         let (exit_tx, exited) = mpsc::unbounded_channel();
         let mut grpc_handoffs = Vec::with_capacity(count);
         let mut http_handoffs = Vec::with_capacity(count);
+        let mut admin_handoffs = Vec::with_capacity(count);
         for index in 0..count {
             let (grpc_tx, grpc_rx) = mpsc::unbounded_channel();
             let (http_tx, http_rx) = mpsc::unbounded_channel();
+            let (admin_tx, admin_rx) = mpsc::unbounded_channel();
             grpc_handoffs.push(grpc_tx);
             http_handoffs.push(http_tx);
+            admin_handoffs.push(admin_tx);
             let name = format!("slidegate-worker-{index}");
             let worker = Worker {
                 apps: apps.clone(),
                 grpc: grpc_rx,
                 http: http_rx,
+                admin: admin_rx,
                 limits: Arc::clone(&limits),
                 buffered: Arc::clone(&buffered),
                 tls: tls.clone(),
@@ -104,18 +117,16 @@ impl Workers {
                     let _ = exit_tx.send((name, outcome));
                 })?;
         }
-        let grpc_acceptor = Acceptor {
-            listener: grpc,
-            name: "grpc",
+        let acceptor = |listener, name| Acceptor {
+            listener,
+            name,
             admission: Arc::clone(&admission),
         };
-        let http_acceptor = Acceptor {
-            listener: http,
-            name: "http",
-            admission,
-        };
-        tokio::spawn(grpc_acceptor.run(grpc_handoffs, stop.clone()));
-        tokio::spawn(http_acceptor.run(http_handoffs, stop));
+        tokio::spawn(acceptor(listeners.grpc, "grpc").run(grpc_handoffs, stop.clone()));
+        tokio::spawn(acceptor(listeners.http, "http").run(http_handoffs, stop.clone()));
+        if let Some(admin) = listeners.admin {
+            tokio::spawn(acceptor(admin, "admin").run(admin_handoffs, stop));
+        }
         Ok(Workers { exited, count })
     }
 
@@ -234,6 +245,7 @@ struct Worker {
     apps: Apps,
     grpc: mpsc::UnboundedReceiver<Handoff>,
     http: mpsc::UnboundedReceiver<Handoff>,
+    admin: mpsc::UnboundedReceiver<Handoff>,
     limits: Arc<ServerLimits>,
     buffered: Arc<Semaphore>,
     tls: Option<Arc<Tls>>,
@@ -276,10 +288,18 @@ impl Worker {
             self.apps.http,
             &self.limits,
             self.tls,
-            self.stop,
-            drain_over,
+            self.stop.clone(),
+            drain_over.clone(),
         );
-        let ((), ()) = tokio::join!(grpc, http);
+        // The operator listener is plaintext: it belongs on an address only operators reach.
+        let (admin_app, admin_handoffs, limits) = (self.apps.admin, self.admin, &self.limits);
+        let stop = self.stop;
+        let admin = async move {
+            if let Some(app) = admin_app {
+                http::serve(admin_handoffs, app, limits, None, stop, drain_over).await;
+            }
+        };
+        let ((), (), ()) = tokio::join!(grpc, http, admin);
         "stopped".to_string()
     }
 }
