@@ -243,12 +243,6 @@ fn refuse_what_cannot_be_served<F: Fn(&str) -> Option<String>>(
             "slidegate stores counters in Redis or in memory; memcached is not supported",
         ));
     }
-    if env.flag("GRPC_SERVER_USE_TLS")? == Some(true) {
-        return Err(unsupported(
-            "GRPC_SERVER_USE_TLS",
-            "slidegate's gRPC listener does not serve TLS yet; terminate TLS in front of it",
-        ));
-    }
     if env.take("GRPC_UDS").is_some() {
         return Err(unsupported(
             "GRPC_UDS",
@@ -409,12 +403,42 @@ fn listeners<F: Fn(&str) -> Option<String>>(
             .ok_or_else(|| invalid(host_var, &host, "expected an IP address or host name"))?;
         set(out, id, addr.to_string(), from);
     }
+    grpc_tls(env, out)?;
     for name in ["DEBUG_HOST", "DEBUG_PORT"] {
         env.unhonoured_if_set(
             name,
             "no separate debug port: /rlconfig and /metrics are served on the HTTP port (PORT)",
             out,
         );
+    }
+    Ok(())
+}
+
+/// `GRPC_SERVER_USE_TLS=true` → TLS on the gRPC listener only (the HTTP port keeps serving its
+/// probes in plaintext, as envoyproxy/ratelimit's does), from `GRPC_SERVER_TLS_CERT`/`_KEY`; with
+/// `GRPC_CLIENT_TLS_CACERT`, mutual TLS, held to `GRPC_CLIENT_TLS_SAN` when set.
+fn grpc_tls<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    out: &mut Translation,
+) -> Result<(), CompatError> {
+    if env.flag("GRPC_SERVER_USE_TLS")? != Some(true) {
+        return Ok(());
+    }
+    let needed = "needed with GRPC_SERVER_USE_TLS=true";
+    let cert = env
+        .take("GRPC_SERVER_TLS_CERT")
+        .ok_or_else(|| unsupported("GRPC_SERVER_TLS_CERT", needed))?;
+    let key = env
+        .take("GRPC_SERVER_TLS_KEY")
+        .ok_or_else(|| unsupported("GRPC_SERVER_TLS_KEY", needed))?;
+    set(out, "tls_cert_file", cert, "GRPC_SERVER_TLS_CERT");
+    set(out, "tls_key_file", key, "GRPC_SERVER_TLS_KEY");
+    set(out, "tls_listeners", "grpc", "GRPC_SERVER_USE_TLS");
+    if let Some(ca) = env.take("GRPC_CLIENT_TLS_CACERT") {
+        set(out, "tls_client_ca_file", ca, "GRPC_CLIENT_TLS_CACERT");
+        if let Some(san) = env.take("GRPC_CLIENT_TLS_SAN") {
+            set(out, "tls_client_san", san, "GRPC_CLIENT_TLS_SAN");
+        }
     }
     Ok(())
 }

@@ -25,10 +25,12 @@ use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
-use slidegate::server::{Apps, Workers};
+use slidegate::server::tls::rotate::Rotation;
+use slidegate::server::tls::{Listener, Tls, TlsFiles};
+use slidegate::server::{Apps, Listeners, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
-use slidegate::service::http::{AppState, router};
+use slidegate::service::http::{AppState, admin_router, data_router, router};
 use slidegate::store::{
     FailureMode, MemoryStore, RedisOptions, Store, SystemClock, connect, redact_url,
 };
@@ -127,6 +129,42 @@ struct ServeArgs {
     /// Address of the HTTP server (/json, /check, /healthcheck, /rlconfig, /metrics).
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Address of the operator listener (plaintext): /metrics, /rlconfig and /healthcheck move
+    /// there, and the HTTP port serves only /json, /check and /healthcheck. Bind it where only
+    /// operators and Prometheus reach it (127.0.0.1, a pod-internal port).
+    #[arg(long, env = "SLIDEGATE_ADMIN_ADDR")]
+    admin_addr: Option<SocketAddr>,
+    /// PEM certificate chain (leaf first): both listeners serve TLS only (gRPC with ALPN h2,
+    /// HTTP with h2 and http/1.1). Replaced without a restart when the file changes.
+    #[arg(long, env = "SLIDEGATE_TLS_CERT_FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, env = "SLIDEGATE_TLS_KEY_FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// PEM bundle of CAs for client certificates: mutual TLS, every client must present a
+    /// certificate signed by one of them (refused with a TLS alert otherwise).
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    tls_client_ca_file: Option<PathBuf>,
+    /// Comma-separated URI SANs (SPIFFE IDs) and DNS names: with --tls-client-ca-file, a client
+    /// certificate must carry one of them exactly (refused with a TLS alert otherwise).
+    #[arg(
+        long,
+        env = "SLIDEGATE_TLS_CLIENT_SAN",
+        value_delimiter = ',',
+        requires = "tls_client_ca_file"
+    )]
+    tls_client_san: Vec<String>,
+    /// Comma-separated listeners that serve TLS with --tls-cert-file: `grpc`, `http`. The others
+    /// stay plaintext (say, HTTP for a kubelet's /healthcheck probe).
+    #[arg(
+        long,
+        env = "SLIDEGATE_TLS_LISTENERS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "grpc,http",
+        requires = "tls_cert_file"
+    )]
+    tls_listeners: Vec<Listener>,
     /// Redis server, `redis://[user:pass@]host:port[/db]` or `rediss://` for TLS. Without it (and
     /// without --redis-cluster) counters live in this process's memory.
     #[arg(long, env = "SLIDEGATE_REDIS_URL")]
@@ -520,6 +558,18 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));
 
+    // Kept until the end: dropping the rotation stops watching the TLS files.
+    let (tls, _rotation) = match tls_files(&args) {
+        Some(files) => {
+            let tls =
+                Tls::load(&files, Arc::clone(&metrics)).context("cannot load TLS material")?;
+            let rotation = Rotation::spawn(files, Arc::clone(&tls), Arc::clone(&metrics))
+                .context("cannot watch the TLS files")?;
+            (Some(tls), Some(rotation))
+        }
+        None => (None, None),
+    };
+
     let (stop_tx, stop_rx) = watch::channel(false);
     let grpc_listener = TcpListener::bind(args.grpc_addr)
         .await
@@ -527,7 +577,19 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     let http_listener = TcpListener::bind(args.http_addr)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", args.http_addr))?;
-    tracing::info!(grpc = %grpc_listener.local_addr()?, http = %http_listener.local_addr()?, workers = args.workers, "listening");
+    let admin_listener = match args.admin_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for operators on {addr}"))?,
+        ),
+        None => None,
+    };
+    let admin = admin_listener
+        .as_ref()
+        .map(|l| l.local_addr())
+        .transpose()?;
+    tracing::info!(grpc = %grpc_listener.local_addr()?, http = %http_listener.local_addr()?, admin = ?admin, workers = args.workers, "listening");
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -541,6 +603,12 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         .build_v1alpha()
         .context("cannot build gRPC reflection")?
         .max_decoding_message_size(BRIDGED_MESSAGE);
+    let state = AppState {
+        limiter: Arc::clone(&limiter),
+        health: Arc::clone(&health),
+        check_domain: args.check_domain.clone(),
+        config_status,
+    };
     let apps = Apps {
         grpc: GrpcApp::new(
             GrpcService::new(Arc::clone(&limiter)),
@@ -548,21 +616,21 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
                 .add_service(reflection_v1)
                 .add_service(reflection_v1alpha),
         ),
-        http: router(
-            AppState {
-                limiter: Arc::clone(&limiter),
-                health: Arc::clone(&health),
-                check_domain: args.check_domain.clone(),
-                config_status,
-            },
-            args.max_body_bytes,
-        ),
+        http: match admin {
+            Some(_) => data_router(state.clone(), args.max_body_bytes),
+            None => router(state.clone(), args.max_body_bytes),
+        },
+        admin: admin.map(|_| admin_router(state)),
     };
     let mut workers = Workers::start(
         usize::from(args.workers),
-        (grpc_listener, http_listener),
+        Listeners {
+            grpc: grpc_listener,
+            http: http_listener,
+            admin: admin_listener,
+        },
         apps,
-        server_limits(&args),
+        (server_limits(&args), tls),
         Arc::clone(&metrics),
         stop_rx,
     )
@@ -601,6 +669,17 @@ fn server_limits(args: &ServeArgs) -> ServerLimits {
         max_buffered_bytes: args.max_buffered_bytes,
         drain_timeout: args.drain_timeout,
     }
+}
+
+/// The TLS files when --tls-cert-file is given (clap makes --tls-key-file come with it).
+fn tls_files(args: &ServeArgs) -> Option<TlsFiles> {
+    Some(TlsFiles {
+        listeners: args.tls_listeners.clone(),
+        cert: args.tls_cert_file.clone()?,
+        key: args.tls_key_file.clone()?,
+        client_ca: args.tls_client_ca_file.clone(),
+        client_sans: args.tls_client_san.clone(),
+    })
 }
 
 /// The rule path when neither --config nor --xds-server is given.
@@ -717,6 +796,9 @@ fn log_effective_config(args: &ServeArgs) {
         xds_node_id = %args.xds_node_id,
         grpc_addr = %args.grpc_addr,
         http_addr = %args.http_addr,
+        admin_addr = ?args.admin_addr,
+        tls = ?args.tls_cert_file.as_ref().map(|_| &args.tls_listeners),
+        mtls = args.tls_client_ca_file.is_some(),
         store,
         redis_url = redis_url.as_deref().unwrap_or("-"),
         redis_cluster = %redis_cluster.join(","),

@@ -156,6 +156,9 @@ pub struct Metrics {
     config_checksum: IntGaugeVec,
     rule_label_overflow: IntCounter,
     connections_refused: IntCounterVec,
+    tls_handshake_failures: IntCounterVec,
+    tls_reloads: IntCounterVec,
+    tls_expiry: IntGauge,
     rule_cache: RwLock<RuleCache>,
 }
 
@@ -241,6 +244,21 @@ impl Metrics {
             "Connections closed at accept because a connection cap was reached, by listener and reason.",
             &["listener", "reason"],
         )?;
+        let tls_handshake_failures = counter_vec(
+            "slidegate_tls_handshake_failures_total",
+            "TLS handshakes that failed, the connection closed without an answer, by listener and reason.",
+            &["listener", "reason"],
+        )?;
+        let tls_reloads = counter_vec(
+            "slidegate_tls_reloads_total",
+            "Replacements of the TLS certificate, key or client CAs by result (success, failure).",
+            &["result"],
+        )?;
+        let tls_expiry = IntGauge::new(
+            "slidegate_tls_certificate_expiry_timestamp_seconds",
+            "When the certificate the listeners serve expires, Unix time (with TLS on).",
+        )?;
+        registry.register(Box::new(tls_expiry.clone()))?;
         let unknown_domain = IntCounter::new(
             "slidegate_unknown_domain_total",
             "Requests for a domain that has no rules.",
@@ -310,6 +328,7 @@ impl Metrics {
         }
         for result in ["success", "failure"] {
             config_reloads.with_label_values(&[result]);
+            tls_reloads.with_label_values(&[result]);
         }
         Ok(Metrics {
             registry,
@@ -329,6 +348,9 @@ impl Metrics {
             config_checksum,
             rule_label_overflow,
             connections_refused,
+            tls_handshake_failures,
+            tls_reloads,
+            tls_expiry,
             rule_cache: RwLock::new(RuleCache::default()),
         })
     }
@@ -488,6 +510,24 @@ impl Metrics {
         self.connections_refused
             .with_label_values(&[listener, reason])
             .inc();
+    }
+
+    /// A TLS handshake that failed (the client was refused, or gave up).
+    pub fn tls_handshake_failure(&self, listener: &str, reason: &str) {
+        self.tls_handshake_failures
+            .with_label_values(&[listener, reason])
+            .inc();
+    }
+
+    /// An attempt to replace the TLS material after its files changed.
+    pub fn tls_reload(&self, success: bool) {
+        let result = if success { "success" } else { "failure" };
+        self.tls_reloads.with_label_values(&[result]).inc();
+    }
+
+    /// The expiry of the certificate now served, Unix time.
+    pub fn set_tls_expiry(&self, expires: i64) {
+        self.tls_expiry.set(expires);
     }
 
     /// The number of live rules.

@@ -331,7 +331,7 @@ fn unsupported_modes_stop_the_start_with_a_clear_error() {
         "REDIS_TYPE",
     );
     refused(&[("QUOTA_MODE", "true")], "QUOTA_MODE");
-    refused(&[("GRPC_SERVER_USE_TLS", "true")], "GRPC_SERVER_USE_TLS");
+    refused(&[("GRPC_SERVER_USE_TLS", "true")], "GRPC_SERVER_TLS_CERT");
 }
 
 /// `REDIS_SOCKET_TYPE=unix` with a socket path in `REDIS_URL` (envoyproxy/ratelimit's default

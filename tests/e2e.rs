@@ -22,7 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use support::{KillOnDrop, RedisServer, free_port, require_program, run_ok, wait_until};
+use support::{
+    Ca, KillOnDrop, RedisServer, free_port, https_get, metric_value, require_program, run_ok,
+    wait_until,
+};
 
 // ---------------------------------------------------------------------------------------------
 // The tests
@@ -207,6 +210,100 @@ fn envoy_keeps_denying_when_a_client_adds_a_long_header() {
         .collect();
     assert_eq!(statuses, [200, 200, 429]);
     drop(slidegate);
+}
+
+/// Envoy calls slidegate over mutual TLS (issue 19): the `ratelimit` cluster gets an upstream
+/// TLS transport socket with Envoy's own client certificate, and the 200 -> 429 path works. An
+/// Envoy whose certificate comes from another CA, or carries a SAN not on `--tls-client-san`,
+/// gets no rate-limit answers (its `failure_mode_deny: false` lets alice through although she is
+/// over her limit), and slidegate counts the refusals by reason.
+#[test]
+fn envoy_calls_slidegate_over_mutual_tls_and_refused_envoys_get_no_answers() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let dir = test_dir("envoy_mutual_tls");
+    let write = |name: &str, pem: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path
+    };
+    let ca = Ca::new("mesh CA");
+    let server = ca.server();
+    let (cert, key) = (write("sg.crt", &server.cert), write("sg.key", &server.key));
+    let client_ca = write("ca.crt", &ca.pem);
+    let envoy_id = "spiffe://cluster.local/ns/edge/sa/envoy";
+    let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    let flags = [
+        "--tls-cert-file".to_string(),
+        path(&cert),
+        "--tls-key-file".to_string(),
+        path(&key),
+        "--tls-client-ca-file".to_string(),
+        path(&client_ca),
+        "--tls-client-san".to_string(),
+        envoy_id.to_string(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start_tls(&dir, &default_config(), "sg", &flags);
+    let envoy_with = |name: &str, client: &support::Pair| {
+        let cert = write(&format!("{name}.crt"), &client.cert);
+        let key = write(&format!("{name}.key"), &client.key);
+        let socket = upstream_tls(&cert, &key, &client_ca);
+        let ports = [slidegate.grpc_port];
+        Envoy::start_with(&envoy_bin, &dir, &ports, upstream.port, name, Some(&socket))
+    };
+
+    let trusted = ca.client(envoy_id);
+    let envoy = envoy_with("envoy", &trusted);
+    let alice = [("x-user-id", "alice")];
+    for i in 0..2 {
+        let r = http_get(envoy.port, "/hello", &alice);
+        assert_eq!(r.status, 200, "request {i}: {r:?}");
+        assert!(
+            r.header("x-ratelimit-remaining").is_some(),
+            "no answer from slidegate: {r:?}"
+        );
+    }
+    let denied = http_get(envoy.port, "/hello", &alice);
+    assert_eq!(denied.status, 429, "{denied:?}");
+    assert_eq!(denied.header("x-envoy-ratelimited"), Some("true"));
+
+    let refused = [
+        (
+            "envoy-foreign",
+            Ca::new("another CA").client(envoy_id),
+            "unknown_issuer",
+        ),
+        (
+            "envoy-unlisted",
+            ca.client("spiffe://cluster.local/ns/edge/sa/intruder"),
+            "san_not_allowed",
+        ),
+    ];
+    for (name, client, reason) in refused {
+        let refused_envoy = envoy_with(name, &client);
+        for i in 0..3 {
+            let r = http_get(refused_envoy.port, "/hello", &alice);
+            assert_eq!(
+                r.status, 200,
+                "{name}, request {i}: slidegate answered? {r:?}"
+            );
+            assert!(
+                r.header("x-ratelimit-remaining").is_none(),
+                "{name} got an answer: {r:?}"
+            );
+        }
+        let series = format!(
+            "slidegate_tls_handshake_failures_total{{listener=\"grpc\",reason=\"{reason}\"}}"
+        );
+        let counted = wait_until(Duration::from_secs(10), || {
+            https_get(slidegate.http_port, &ca.pem, &trusted, "/metrics")
+                .is_ok_and(|(_, text)| metric_value(&text, &series) >= 1.0)
+        });
+        assert!(counted, "{name}: {series} not counted");
+    }
 }
 
 /// Two replicas behind one Envoy cluster, sharing one Redis, enforce one limit exactly: with a
@@ -654,6 +751,31 @@ struct Slidegate {
 impl Slidegate {
     /// Starts `slidegate serve` with the given rules and store; waits for /healthcheck.
     fn start(dir: &Path, config: &Path, redis_url: Option<&str>, name: &str) -> Slidegate {
+        let healthy = |http_port: u16, grpc_port: u16| {
+            try_http(http_port, "GET", "/healthcheck", &[], "").is_ok_and(|r| r.status == 200)
+                && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
+        };
+        Slidegate::launch(dir, config, redis_url, name, &[], &healthy)
+    }
+
+    /// Starts `slidegate serve` on the memory store with TLS `flags`; waits until both ports
+    /// accept connections (a plaintext /healthcheck cannot tell more).
+    fn start_tls(dir: &Path, config: &Path, name: &str, flags: &[&str]) -> Slidegate {
+        let listening = |http_port: u16, grpc_port: u16| {
+            TcpStream::connect(("127.0.0.1", http_port)).is_ok()
+                && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
+        };
+        Slidegate::launch(dir, config, None, name, flags, &listening)
+    }
+
+    fn launch(
+        dir: &Path,
+        config: &Path,
+        redis_url: Option<&str>,
+        name: &str,
+        flags: &[&str],
+        ready: &dyn Fn(u16, u16) -> bool,
+    ) -> Slidegate {
         let http_port = free_port();
         let grpc_port = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
@@ -666,6 +788,7 @@ impl Slidegate {
         if let Some(url) = redis_url {
             command.args(["--redis-url", url]);
         }
+        command.args(flags);
         // Only the flags above: no SLIDEGATE_* from the environment running the tests.
         for (key, _) in std::env::vars() {
             if key.starts_with("SLIDEGATE_") {
@@ -678,10 +801,7 @@ impl Slidegate {
             .spawn()
             .expect("spawn slidegate");
         let mut process = KillOnDrop(child);
-        let up = wait_until(Duration::from_secs(30), || {
-            try_http(http_port, "GET", "/healthcheck", &[], "").is_ok_and(|r| r.status == 200)
-                && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
-        });
+        let up = wait_until(Duration::from_secs(30), || ready(http_port, grpc_port));
         if !up {
             let exited = process.0.try_wait().ok().flatten();
             panic!(
@@ -713,6 +833,19 @@ impl Envoy {
     /// Starts Envoy in front of `upstream` with one `ratelimit` endpoint per gRPC port;
     /// waits until its admin /ready says LIVE.
     fn start(program: &Path, dir: &Path, grpc_ports: &[u16], upstream: u16) -> Envoy {
+        Envoy::start_with(program, dir, grpc_ports, upstream, "envoy", None)
+    }
+
+    /// [`Envoy::start`] named `name` (its config and log files), with `transport_socket` (YAML
+    /// at the cluster's indentation) added to the `ratelimit` cluster.
+    fn start_with(
+        program: &Path,
+        dir: &Path,
+        grpc_ports: &[u16],
+        upstream: u16,
+        name: &str,
+        transport_socket: Option<&str>,
+    ) -> Envoy {
         let port = free_port();
         let admin_port = free_port();
         let example = read_example("envoy.yaml");
@@ -736,7 +869,13 @@ impl Envoy {
                 ("timeout: 0.1s", "timeout: 2s".to_string()),
             ],
         );
-        let name = "envoy";
+        let config = match transport_socket {
+            Some(socket) => rewrite(
+                &config,
+                &[(RATELIMIT_CLUSTER, format!("{RATELIMIT_CLUSTER}{socket}"))],
+            ),
+            None => config,
+        };
         let config_path = dir.join(format!("{name}.yaml"));
         std::fs::write(&config_path, config).expect("write envoy config");
         let child = Command::new(program)
@@ -775,6 +914,35 @@ impl Envoy {
     fn admin(&self, path: &str) -> String {
         http_get(self.admin_port, path, &[]).body
     }
+}
+
+/// The start of the `ratelimit` cluster in examples/envoy.yaml, where a transport socket goes.
+const RATELIMIT_CLUSTER: &str = "  - name: ratelimit\n    type: STATIC\n";
+
+/// The `ratelimit` cluster's transport socket for mutual TLS: Envoy presents `cert`/`key`,
+/// trusts `ca` for slidegate's certificate and checks that it is for `localhost`.
+fn upstream_tls(cert: &Path, key: &Path, ca: &Path) -> String {
+    format!(
+        "    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: localhost
+        common_tls_context:
+          alpn_protocols: [h2]
+          tls_certificates:
+          - certificate_chain: {{ filename: {} }}
+            private_key: {{ filename: {} }}
+          validation_context:
+            trusted_ca: {{ filename: {} }}
+            match_typed_subject_alt_names:
+            - san_type: DNS
+              matcher: {{ exact: localhost }}
+",
+        cert.display(),
+        key.display(),
+        ca.display()
+    )
 }
 
 /// A running nginx with examples/nginx.conf, its ports rewritten.

@@ -1604,3 +1604,36 @@ async fn unknown_method_is_unimplemented_and_large_requests_decode() {
     let response = call(&mut server.client().await, request("test", descriptors)).await;
     assert_eq!(response.statuses.len(), 8);
 }
+
+/// With `--admin-addr`, the rules and the metrics are served only on the operator listener: a
+/// client of the HTTP port reaches `/json`, `/check` and `/healthcheck`, and gets 404 for
+/// `/metrics` and `/rlconfig`; the operator listener serves those (and `/healthcheck`) and
+/// nothing that spends quota.
+#[test]
+fn the_operator_listener_takes_metrics_and_rules_off_the_data_port() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, RULES).expect("rules");
+    let admin_port = free_port();
+    let admin_addr = format!("127.0.0.1:{admin_port}");
+    let server = Slidegate::start(&rules, &["--admin-addr", &admin_addr]);
+    let admin = |path: &str| support::http_get(admin_port, path);
+    assert!(
+        wait_until(Duration::from_secs(10), || admin("/healthcheck").0 == 200),
+        "operator listener: {}",
+        server.log()
+    );
+    let (status, metrics) = admin("/metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("slidegate_build_info"), "{metrics}");
+    assert_eq!(admin("/rlconfig").0, 200);
+    assert_eq!(
+        admin("/check").0,
+        404,
+        "the operator listener spends no quota"
+    );
+    assert_eq!(server.get("/metrics").0, 404, "metrics on the data port");
+    assert_eq!(server.get("/rlconfig").0, 404, "rules on the data port");
+    assert_eq!(server.get("/healthcheck").0, 200);
+    assert_ne!(server.get("/check").0, 404, "/check on the data port");
+}

@@ -37,7 +37,7 @@ use super::{Checksum, ConfigError, ConfigErrors, LiveRules, RuleSet, load_source
 
 /// How long the files must be quiet before a reload: long enough for an editor's
 /// truncate-then-write, short enough to feel immediate.
-const DEBOUNCE: Duration = Duration::from_millis(250);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(250);
 
 /// How often the rule files are read even without an event. Long enough that reading them costs
 /// nothing worth measuring; short enough that a missed change is served within a minute.
@@ -266,7 +266,7 @@ impl Watches {
 }
 
 /// Everything but reads: opening a file (as our own reloads do) must not trigger a reload.
-fn is_change(kind: &EventKind) -> bool {
+pub(crate) fn is_change(kind: &EventKind) -> bool {
     match kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
         EventKind::Access(_) => false,

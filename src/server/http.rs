@@ -8,6 +8,7 @@
 //! [`super::grpc::MAX_CONCURRENT_CALLS`] streams, and on shutdown every connection is asked to
 //! close and, at the drain deadline, closed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -17,13 +18,14 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::flood::Metered;
 use super::grpc::MAX_CONCURRENT_CALLS;
 use super::limits::ServerLimits;
+use super::tls::{self, Listener, Stream, Tls};
 use super::{Handoff, stopped, take_over};
 
 /// Serves the HTTP connections handed to this worker until `stop`, then lets them finish their
@@ -32,6 +34,7 @@ pub async fn serve(
     mut handoffs: mpsc::UnboundedReceiver<Handoff>,
     app: Router,
     limits: &ServerLimits,
+    tls: Option<Arc<Tls>>,
     stop: watch::Receiver<bool>,
     drain_over: watch::Receiver<bool>,
 ) {
@@ -49,7 +52,8 @@ pub async fn serve(
             () = &mut stopping => break,
             handoff = handoffs.recv(), if open => match handoff {
                 Some((stream, ticket)) => {
-                    let Some((io, _peer)) = take_over(stream) else { continue };
+                    let Some((io, peer)) = take_over(stream) else { continue };
+                    let tls = tls.clone();
                     let connection = Connection {
                         builder: builder.clone(),
                         app: app.clone(),
@@ -58,7 +62,11 @@ pub async fn serve(
                         drain_over: drain_over.clone(),
                     };
                     connections.spawn(async move {
-                        connection.serve(io).await;
+                        let timeout = connection.handshake_timeout;
+                        let secured = tls::secure(tls.as_deref(), io, peer, Listener::Http, timeout);
+                        if let Some(io) = secured.await {
+                            connection.serve(io).await;
+                        }
                         drop(ticket);
                     });
                 }
@@ -83,11 +91,13 @@ struct Connection {
 impl Connection {
     /// Serves `io` until the client closes it; on `stop`, asks it to close; at `drain_over`,
     /// closes it.
-    async fn serve(self, io: TcpStream) {
+    async fn serve(self, io: Stream) {
         // hyper has no timeout for the first byte (it waits for it to tell HTTP/1.1 from
-        // HTTP/2): a client that sends nothing is closed here.
-        let started = tokio::time::timeout(self.handshake_timeout, io.readable()).await;
-        if !matches!(started, Ok(Ok(()))) {
+        // HTTP/2): a client that sends nothing is closed here. Waiting on the decrypted stream
+        // (not the socket) also covers bytes TLS read ahead with its handshake.
+        let mut io = BufReader::with_capacity(FIRST_READ, io);
+        let started = tokio::time::timeout(self.handshake_timeout, io.fill_buf()).await;
+        if !matches!(started, Ok(Ok(bytes)) if !bytes.is_empty()) {
             return;
         }
         let connection = self.builder.serve_connection(
@@ -108,6 +118,10 @@ impl Connection {
         }
     }
 }
+
+/// The first read of a connection, kept for hyper to read again; later reads larger than this
+/// go straight through.
+const FIRST_READ: usize = 4 << 10;
 
 /// hyper's connection settings from the limits.
 fn builder(limits: &ServerLimits) -> Builder<TokioExecutor> {

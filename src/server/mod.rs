@@ -17,7 +17,8 @@
 //! thread. A connection stays on its worker for its whole life.
 //!
 //! The acceptors admit a connection only under the connection caps ([`limits`]); each worker
-//! holds its connections to the timeouts there, and reads them through [`flood::Metered`].
+//! runs the TLS handshake when TLS is on ([`tls`], within the handshake timeout), holds its
+//! connections to the timeouts there, and reads the decrypted bytes through [`flood::Metered`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -34,18 +35,29 @@ pub mod grpc;
 mod http;
 pub mod limits;
 mod throttle;
+pub mod tls;
 
 use crate::metrics::Metrics;
 use flood::Metered;
 use grpc::{GrpcApp, Serving};
 use limits::{Admission, ServerLimits, Ticket};
 use throttle::Throttle;
+use tls::{Listener, Tls};
 
-/// What every worker serves: the gRPC services and the HTTP app. Cloned once per worker.
+/// What every worker serves: the gRPC services, the HTTP app and, with an operator listener,
+/// its app. Cloned once per worker.
 #[derive(Clone)]
 pub struct Apps {
     pub grpc: GrpcApp,
     pub http: axum::Router,
+    pub admin: Option<axum::Router>,
+}
+
+/// The bound listeners: gRPC, HTTP and the optional operator listener.
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub http: TcpListener,
+    pub admin: Option<TcpListener>,
 }
 
 /// A connection on its way from an acceptor to a worker, with its place under the caps.
@@ -59,13 +71,14 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` worker threads serving `apps` within `limits`, and the two acceptors (on
-    /// the current runtime). Everything stops accepting when `stop` turns true, then drains.
+    /// Starts `count` worker threads serving `apps` within `limits` (through `tls` when set),
+    /// and the two acceptors (on the current runtime). Everything stops accepting when `stop`
+    /// turns true, then drains.
     pub fn start(
         count: usize,
-        (grpc, http): (TcpListener, TcpListener),
+        listeners: Listeners,
         apps: Apps,
-        limits: ServerLimits,
+        (limits, tls): (ServerLimits, Option<Arc<Tls>>),
         metrics: Arc<Metrics>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<Workers> {
@@ -77,18 +90,23 @@ impl Workers {
         let (exit_tx, exited) = mpsc::unbounded_channel();
         let mut grpc_handoffs = Vec::with_capacity(count);
         let mut http_handoffs = Vec::with_capacity(count);
+        let mut admin_handoffs = Vec::with_capacity(count);
         for index in 0..count {
             let (grpc_tx, grpc_rx) = mpsc::unbounded_channel();
             let (http_tx, http_rx) = mpsc::unbounded_channel();
+            let (admin_tx, admin_rx) = mpsc::unbounded_channel();
             grpc_handoffs.push(grpc_tx);
             http_handoffs.push(http_tx);
+            admin_handoffs.push(admin_tx);
             let name = format!("slidegate-worker-{index}");
             let worker = Worker {
                 apps: apps.clone(),
                 grpc: grpc_rx,
                 http: http_rx,
+                admin: admin_rx,
                 limits: Arc::clone(&limits),
                 buffered: Arc::clone(&buffered),
+                tls: tls.clone(),
                 stop: stop.clone(),
             };
             let exit_tx = exit_tx.clone();
@@ -99,18 +117,16 @@ impl Workers {
                     let _ = exit_tx.send((name, outcome));
                 })?;
         }
-        let grpc_acceptor = Acceptor {
-            listener: grpc,
-            name: "grpc",
+        let acceptor = |listener, name| Acceptor {
+            listener,
+            name,
             admission: Arc::clone(&admission),
         };
-        let http_acceptor = Acceptor {
-            listener: http,
-            name: "http",
-            admission,
-        };
-        tokio::spawn(grpc_acceptor.run(grpc_handoffs, stop.clone()));
-        tokio::spawn(http_acceptor.run(http_handoffs, stop));
+        tokio::spawn(acceptor(listeners.grpc, "grpc").run(grpc_handoffs, stop.clone()));
+        tokio::spawn(acceptor(listeners.http, "http").run(http_handoffs, stop.clone()));
+        if let Some(admin) = listeners.admin {
+            tokio::spawn(acceptor(admin, "admin").run(admin_handoffs, stop));
+        }
         Ok(Workers { exited, count })
     }
 
@@ -229,8 +245,10 @@ struct Worker {
     apps: Apps,
     grpc: mpsc::UnboundedReceiver<Handoff>,
     http: mpsc::UnboundedReceiver<Handoff>,
+    admin: mpsc::UnboundedReceiver<Handoff>,
     limits: Arc<ServerLimits>,
     buffered: Arc<Semaphore>,
+    tls: Option<Arc<Tls>>,
     stop: watch::Receiver<bool>,
 }
 
@@ -264,15 +282,24 @@ impl Worker {
             stop: self.stop.clone(),
             drain_over: drain_over.clone(),
         };
-        let grpc = serve_grpc(self.grpc, self.apps.grpc, serving);
+        let grpc = serve_grpc(self.grpc, self.apps.grpc, serving, self.tls.clone());
         let http = http::serve(
             self.http,
             self.apps.http,
             &self.limits,
-            self.stop,
-            drain_over,
+            self.tls,
+            self.stop.clone(),
+            drain_over.clone(),
         );
-        let ((), ()) = tokio::join!(grpc, http);
+        // The operator listener is plaintext: it belongs on an address only operators reach.
+        let (admin_app, admin_handoffs, limits) = (self.apps.admin, self.admin, &self.limits);
+        let stop = self.stop;
+        let admin = async move {
+            if let Some(app) = admin_app {
+                http::serve(admin_handoffs, app, limits, None, stop, drain_over).await;
+            }
+        };
+        let ((), (), ()) = tokio::join!(grpc, http, admin);
         "stopped".to_string()
     }
 }
@@ -286,6 +313,7 @@ async fn serve_grpc(
     mut handoffs: mpsc::UnboundedReceiver<Handoff>,
     app: GrpcApp,
     serving: Serving,
+    tls: Option<Arc<Tls>>,
 ) {
     let mut connections = JoinSet::new();
     let mut stopping = std::pin::pin!(stopped(serving.stop.clone()));
@@ -295,11 +323,16 @@ async fn serve_grpc(
             () = &mut stopping => break,
             handoff = handoffs.recv(), if open => match handoff {
                 Some((stream, ticket)) => {
-                    let Some((io, _peer)) = take_over(stream) else { continue };
-                    let served = grpc::serve_connection(Metered::new(io), app.clone(), serving.clone());
+                    let Some((io, peer)) = take_over(stream) else { continue };
+                    let (app, serving, tls) = (app.clone(), serving.clone(), tls.clone());
                     connections.spawn(async move {
-                        if let Err(error) = served.await {
-                            tracing::debug!(%error, "gRPC connection ended");
+                        let timeout = serving.limits.handshake_timeout;
+                        let secured = tls::secure(tls.as_deref(), io, peer, Listener::Grpc, timeout);
+                        if let Some(io) = secured.await {
+                            let served = grpc::serve_connection(Metered::new(io), app, serving);
+                            if let Err(error) = served.await {
+                                tracing::debug!(%error, "gRPC connection ended");
+                            }
                         }
                         drop(ticket);
                     });

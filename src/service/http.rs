@@ -39,16 +39,42 @@ pub struct AppState {
     pub config_status: SharedStatus,
 }
 
-/// All HTTP routes, with the body limit.
+/// All HTTP routes, with the body limit: the HTTP port without an operator listener.
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    data_routes()
+        .merge(admin_routes())
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// The HTTP port beside an operator listener: `/json`, `/check` and `/healthcheck`.
+pub fn data_router(state: AppState, max_body_bytes: usize) -> Router {
+    data_routes()
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// The operator listener (`--admin-addr`): `/metrics`, `/rlconfig` and `/healthcheck`.
+pub fn admin_router(state: AppState) -> Router {
+    admin_routes()
+        .route("/healthcheck", get(healthcheck))
+        .layer(DefaultBodyLimit::max(0))
+        .with_state(state)
+}
+
+/// What clients call.
+fn data_routes() -> Router<AppState> {
     Router::new()
         .route("/json", post(json_handler))
         .route("/check", any(check_handler))
         .route("/healthcheck", get(healthcheck))
+}
+
+/// What operators read: the rules and the metrics, which a client of the data port need not see.
+fn admin_routes() -> Router<AppState> {
+    Router::new()
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(max_body_bytes))
-        .with_state(state)
 }
 
 async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {

@@ -807,3 +807,130 @@ fn spawn_cluster(
     );
     Some(nodes)
 }
+
+/// A CA that issues certificates for the tests.
+pub struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pub pem: String,
+}
+
+/// A certificate and its key, PEM.
+#[derive(Clone)]
+pub struct Pair {
+    pub cert: String,
+    pub key: String,
+}
+
+impl Ca {
+    pub fn new(name: &str) -> Ca {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().expect("ca key");
+        let cert = params.self_signed(&key).expect("ca cert");
+        Ca {
+            issuer: rcgen::Issuer::new(params, key),
+            pem: cert.pem(),
+        }
+    }
+
+    /// The server's certificate, for `localhost` and 127.0.0.1.
+    pub fn server(&self) -> Pair {
+        self.issue(
+            &["localhost", "127.0.0.1"],
+            None,
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    /// A client certificate carrying the URI SAN `uri`.
+    pub fn client(&self, uri: &str) -> Pair {
+        self.issue(&[], Some(uri), rcgen::ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    pub fn issue(
+        &self,
+        names: &[&str],
+        uri: Option<&str>,
+        usage: rcgen::ExtendedKeyUsagePurpose,
+    ) -> Pair {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).expect("params");
+        if let Some(uri) = uri {
+            params.subject_alt_names.push(rcgen::SanType::URI(
+                rcgen::string::Ia5String::try_from(uri).expect("uri"),
+            ));
+        }
+        params.extended_key_usages = vec![usage];
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &self.issuer).expect("cert");
+        Pair {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// A blocking HTTPS exchange (HTTP/1.1) on a new connection: the server's leaf certificate and
+/// the response.
+pub fn https_get(
+    port: u16,
+    server_ca: &str,
+    client: &Pair,
+    path: &str,
+) -> std::io::Result<(Vec<u8>, String)> {
+    use std::io::{Read, Write};
+    let config = tls_client_config(server_ca, client, b"http/1.1");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let connection = rustls::ClientConnection::new(config, name).map_err(std::io::Error::other)?;
+    let socket = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    socket.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut tls = rustls::StreamOwned::new(connection, socket);
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    // A server that closes without close_notify ends the read with an error after the body.
+    let _ = tls.read_to_end(&mut raw);
+    let leaf = tls
+        .conn
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
+    Ok((leaf, String::from_utf8_lossy(&raw).into_owned()))
+}
+
+/// A rustls client configuration trusting `server_ca`, presenting `client`, offering `alpn`.
+pub fn tls_client_config(
+    server_ca: &str,
+    client: &Pair,
+    alpn: &[u8],
+) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in rustls::pki_types::CertificateDer::pem_slice_iter(server_ca.as_bytes()) {
+        roots.add(ca.expect("ca pem")).expect("root");
+    }
+    let chain: Vec<_> = rustls::pki_types::CertificateDer::pem_slice_iter(client.cert.as_bytes())
+        .map(|c| c.expect("cert pem"))
+        .collect();
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(client.key.as_bytes()).expect("key pem");
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client cert");
+    config.alpn_protocols = vec![alpn.to_vec()];
+    std::sync::Arc::new(config)
+}

@@ -1,0 +1,261 @@
+//! TLS and mutual TLS on both listeners, under the limits every connection gets.
+//!
+//! A worker takes an admitted TCP connection, runs the TLS handshake within the handshake
+//! timeout ([`Tls::accept`]), and hands the decrypted [`Stream`] to the gRPC or HTTP server,
+//! which read it through the control-frame meter as they read a plaintext one: the meter sees
+//! HTTP/2 frames, never TLS records. A client refused during the handshake (no certificate, one
+//! from an unknown CA, a SAN not on the allow-list, not TLS at all, too slow) gets a TLS alert or
+//! a closed connection, never a rate-limit answer; it is counted in
+//! `slidegate_tls_handshake_failures_total` by reason and logged (aggregated, see
+//! [`super::throttle`]).
+//!
+//! The material (certificate, key, client CAs) is read from files and replaced while serving
+//! ([`rotate`]): each handshake takes the configuration live at that moment, and established
+//! connections keep the session they negotiated.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::CertificateError;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+pub mod material;
+pub mod rotate;
+
+use super::throttle::Throttle;
+use crate::metrics::Metrics;
+pub use material::{Material, TlsError, TlsFiles};
+
+/// Which listener a connection came to: whether it is TLS, its ALPN protocols and the metrics'
+/// `listener` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Listener {
+    Grpc,
+    Http,
+}
+
+impl Listener {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Listener::Grpc => "grpc",
+            Listener::Http => "http",
+        }
+    }
+}
+
+/// The live TLS material of both listeners; replaced by [`rotate`].
+#[derive(Debug)]
+pub struct Tls {
+    live: ArcSwap<Material>,
+    /// The listeners that serve TLS; the others stay plaintext.
+    listeners: Vec<Listener>,
+    metrics: Arc<Metrics>,
+}
+
+impl Tls {
+    /// Loads the material from `files`; an error names the file that is wrong.
+    pub fn load(files: &TlsFiles, metrics: Arc<Metrics>) -> Result<Arc<Tls>, TlsError> {
+        let material = material::build(files, &material::read(files)?)?;
+        metrics.set_tls_expiry(material.expires);
+        Ok(Arc::new(Tls {
+            live: ArcSwap::from_pointee(material),
+            listeners: files.listeners.clone(),
+            metrics,
+        }))
+    }
+
+    /// New connections from now on get `material`.
+    fn replace(&self, material: Material) {
+        self.metrics.set_tls_expiry(material.expires);
+        self.live.store(Arc::new(material));
+    }
+
+    /// Runs the TLS handshake on `io` within `timeout`; `None` (counted and logged) when the
+    /// client is refused or does not finish in time.
+    pub async fn accept(
+        &self,
+        io: TcpStream,
+        peer: SocketAddr,
+        listener: Listener,
+        timeout: Duration,
+    ) -> Option<Stream> {
+        let config = {
+            let live = self.live.load();
+            match listener {
+                Listener::Grpc => Arc::clone(&live.grpc),
+                Listener::Http => Arc::clone(&live.http),
+            }
+        };
+        let handshake = TlsAcceptor::from(config).accept(io);
+        let failure = match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(stream)) => return Some(Stream::Tls(Box::new(stream))),
+            Ok(Err(error)) => Failure::from_io(&error),
+            Err(_) => Failure {
+                reason: "handshake_timeout",
+                detail: format!("no TLS handshake within {timeout:?}"),
+            },
+        };
+        self.metrics
+            .tls_handshake_failure(listener.as_str(), failure.reason);
+        // A connection closed before it sent anything is what TCP health probes do: counted,
+        // but not logged, so that probes do not hide the refusals in the aggregated warning.
+        if failure.reason == "aborted" {
+            tracing::debug!(listener = listener.as_str(), %peer, error = %failure.detail, "TLS handshake aborted");
+            return None;
+        }
+        static REFUSED: Throttle = Throttle::new();
+        if let Some(left_out) = REFUSED.admit() {
+            tracing::warn!(
+                listener = listener.as_str(),
+                %peer,
+                reason = failure.reason,
+                error = %failure.detail,
+                refused_before = left_out,
+                "TLS handshake failed; connection closed"
+            );
+        }
+        None
+    }
+}
+
+/// Why a handshake failed: the metric's `reason` label and the log's detail.
+struct Failure {
+    reason: &'static str,
+    detail: String,
+}
+
+impl Failure {
+    /// From the error tokio-rustls returns: a rustls error inside when TLS failed, else an I/O
+    /// error (the client closed or reset the connection mid-handshake).
+    fn from_io(error: &io::Error) -> Failure {
+        let tls = error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        let reason = match tls {
+            None => "aborted",
+            Some(error) => reason(error),
+        };
+        Failure {
+            reason,
+            detail: error.to_string(),
+        }
+    }
+}
+
+/// The `reason` label of a rustls handshake error.
+fn reason(error: &rustls::Error) -> &'static str {
+    use rustls::Error;
+    match error {
+        Error::NoCertificatesPresented => "no_client_certificate",
+        Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure) => {
+            "san_not_allowed"
+        }
+        Error::InvalidCertificate(CertificateError::UnknownIssuer) => "unknown_issuer",
+        Error::InvalidCertificate(
+            CertificateError::Expired
+            | CertificateError::ExpiredContext { .. }
+            | CertificateError::NotValidYet
+            | CertificateError::NotValidYetContext { .. },
+        ) => "client_certificate_not_valid_now",
+        Error::InvalidCertificate(_) => "bad_client_certificate",
+        Error::NoApplicationProtocol => "no_application_protocol",
+        Error::AlertReceived(_) => "alert_received",
+        Error::InvalidMessage(_)
+        | Error::InappropriateMessage { .. }
+        | Error::InappropriateHandshakeMessage { .. } => "not_tls",
+        Error::PeerIncompatible(_) => "incompatible",
+        _ => "other",
+    }
+}
+
+/// An accepted connection, plaintext or TLS, as the gRPC and HTTP servers read it.
+///
+/// An enum rather than a boxed trait object: a plaintext connection pays one branch per read
+/// and write, and vectored writes (one `writev` for a round of answers) pass through.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Stream::Tls(io) => Pin::new(io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            Stream::Tls(io) => Pin::new(io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            Stream::Tls(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(io) => io.is_write_vectored(),
+            Stream::Tls(io) => io.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_flush(cx),
+            Stream::Tls(io) => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Stream::Tls(io) => Pin::new(io).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A connection as the servers get it: through TLS when `tls` covers `listener`, else as it
+/// came.
+pub async fn secure(
+    tls: Option<&Tls>,
+    io: TcpStream,
+    peer: SocketAddr,
+    listener: Listener,
+    timeout: Duration,
+) -> Option<Stream> {
+    match tls {
+        Some(tls) if tls.listeners.contains(&listener) => {
+            tls.accept(io, peer, listener, timeout).await
+        }
+        _ => Some(Stream::Plain(io)),
+    }
+}

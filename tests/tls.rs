@@ -1,0 +1,470 @@
+//! TLS and mutual TLS on the real binary, with certificates generated here (rcgen): a client with
+//! a certificate from the configured CA and a SAN on the allow-list gets answers over gRPC and
+//! HTTPS; a certificate from another CA, no certificate, a SAN not on the list and plaintext are
+//! refused during the handshake and counted by reason. The certificate, key and client CA are
+//! replaced while serving (a rename over the file, a Kubernetes Secret `..data` swap): new
+//! connections get the new certificate, open ones keep working, and a broken replacement keeps
+//! the old one serving.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use support::{
+    Ca, Pair, Slidegate, descriptor, https_get, metric_value, request, tls_client_config,
+    wait_until,
+};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+const RULES: &str = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n";
+
+/// The SAN the allowed clients carry.
+const ALLOWED: &str = "spiffe://cluster.local/ns/edge/sa/envoy";
+
+/// Writes `contents` to `path` through a temporary file renamed over it, as cert-manager does.
+fn rename_over(path: &Path, contents: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// A directory laid out as a Kubernetes Secret volume: `tls.crt`, `tls.key` and `ca.crt` are
+/// symlinks through `..data` to a timestamped directory.
+struct SecretVolume {
+    dir: tempfile::TempDir,
+    generation: usize,
+}
+
+impl SecretVolume {
+    fn new(server: &Pair, ca: &str) -> SecretVolume {
+        let mut volume = SecretVolume {
+            dir: tempfile::tempdir().expect("tempdir"),
+            generation: 0,
+        };
+        volume.swap(server, ca);
+        for name in ["tls.crt", "tls.key", "ca.crt"] {
+            std::os::unix::fs::symlink(format!("..data/{name}"), volume.path(name)).expect("link");
+        }
+        volume
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// What kubelet does on a Secret update: a new timestamped directory, a `..data_tmp`
+    /// symlink to it, renamed over `..data`.
+    fn swap(&mut self, server: &Pair, ca: &str) {
+        self.generation += 1;
+        let data = format!("..2026_12_01_{}", self.generation);
+        let dir = self.dir.path().join(&data);
+        std::fs::create_dir(&dir).expect("data dir");
+        std::fs::write(dir.join("tls.crt"), &server.cert).expect("cert");
+        std::fs::write(dir.join("tls.key"), &server.key).expect("key");
+        std::fs::write(dir.join("ca.crt"), ca).expect("ca");
+        let tmp = self.path("..data_tmp");
+        std::os::unix::fs::symlink(&data, &tmp).expect("data link");
+        std::fs::rename(&tmp, self.path("..data")).expect("swap ..data");
+    }
+}
+
+fn rules() -> tempfile::NamedTempFile {
+    let file = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("rules");
+    std::fs::write(file.path(), RULES).expect("write rules");
+    file
+}
+
+/// slidegate with TLS on both ports from `files` (cert, key, client CA) and the SAN allow-list.
+fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> Slidegate {
+    let flags = [
+        "--tls-cert-file",
+        path_str(cert),
+        "--tls-key-file",
+        path_str(key),
+        "--tls-client-ca-file",
+        path_str(client_ca),
+        "--tls-client-san",
+        &format!("{ALLOWED},envoy.internal"),
+    ];
+    Slidegate::start(rules, &flags)
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// A gRPC channel over TLS trusting `server_ca`, presenting `client` if given.
+async fn channel(port: u16, server_ca: &str, client: Option<&Pair>) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(server_ca))
+        .domain_name("localhost");
+    if let Some(client) = client {
+        tls = tls.identity(Identity::from_pem(&client.cert, &client.key));
+    }
+    Channel::from_shared(format!("https://127.0.0.1:{port}"))
+        .expect("uri")
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// One `ShouldRateLimit` call on `channel`: its code, or the error.
+async fn call(channel: Channel) -> Result<Code, String> {
+    let mut client = RateLimitServiceClient::new(channel);
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.should_rate_limit(request("tls", vec![descriptor(&[("k", "v")])])),
+    )
+    .await
+    .map_err(|_| "no answer in 5 s".to_string())?;
+    answer
+        .map(|a| a.into_inner().overall_code())
+        .map_err(|status| status.to_string())
+}
+
+/// A call over a new mTLS connection with `client`'s certificate.
+async fn call_as(port: u16, server_ca: &str, client: Option<&Pair>) -> Result<Code, String> {
+    call(channel(port, server_ca, client).await?).await
+}
+
+/// The DER of the first certificate in `pem`.
+fn der(pem: &str) -> Vec<u8> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .expect("a certificate")
+        .expect("pem")
+        .to_vec()
+}
+
+/// The metrics, fetched over HTTPS with `client`.
+fn metrics(port: u16, server_ca: &str, client: &Pair) -> String {
+    https_get(port, server_ca, client, "/metrics")
+        .expect("GET /metrics over TLS")
+        .1
+}
+
+fn refused(text: &str, listener: &str, reason: &str) -> f64 {
+    metric_value(
+        text,
+        &format!(
+            "slidegate_tls_handshake_failures_total{{listener=\"{listener}\",reason=\"{reason}\"}}"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_answers_allowed_clients_and_refuses_the_others_with_a_count() {
+    let ca = Ca::new("slidegate test CA");
+    let other_ca = Ca::new("another CA");
+    let server = ca.server();
+    let allowed = ca.client(ALLOWED);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key, client_ca) = (
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+        dir.path().join("ca.crt"),
+    );
+    std::fs::write(&cert, &server.cert).expect("cert");
+    std::fs::write(&key, &server.key).expect("key");
+    std::fs::write(&client_ca, &ca.pem).expect("ca");
+    let rules = rules();
+    let slidegate = start(rules.path(), &cert, &key, &client_ca);
+    let port = slidegate.grpc_port;
+
+    assert_eq!(
+        call_as(port, &ca.pem, Some(&allowed)).await,
+        Ok(Code::Ok),
+        "{}",
+        slidegate.log()
+    );
+    let dns = ca.issue(
+        &["envoy.internal"],
+        None,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    assert_eq!(
+        call_as(port, &ca.pem, Some(&dns)).await,
+        Ok(Code::Ok),
+        "a DNS SAN on the list"
+    );
+    let (_, json) =
+        https_get(slidegate.http_port, &ca.pem, &allowed, "/healthcheck").expect("HTTPS");
+    assert!(
+        json.starts_with("HTTP/1.1 200"),
+        "HTTPS /healthcheck: {json}"
+    );
+
+    let foreign = other_ca.client(ALLOWED);
+    let not_listed = ca.client("spiffe://cluster.local/ns/edge/sa/intruder");
+    for (who, client) in [
+        ("another CA", Some(&foreign)),
+        ("no certificate", None),
+        ("a SAN not on the list", Some(&not_listed)),
+    ] {
+        let answer = call_as(port, &ca.pem, client).await;
+        assert!(answer.is_err(), "{who} got an answer: {answer:?}");
+    }
+    let plaintext = async {
+        let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("uri")
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        call(channel).await
+    };
+    assert!(
+        plaintext.await.is_err(),
+        "plaintext to the TLS port got an answer"
+    );
+
+    let counted = wait_until(Duration::from_secs(5), || {
+        let text = metrics(slidegate.http_port, &ca.pem, &allowed);
+        [
+            "unknown_issuer",
+            "no_client_certificate",
+            "san_not_allowed",
+            "not_tls",
+        ]
+        .iter()
+        .all(|reason| refused(&text, "grpc", reason) >= 1.0)
+    });
+    let text = metrics(slidegate.http_port, &ca.pem, &allowed);
+    assert!(
+        counted,
+        "refusals not counted:\n{}",
+        text.lines()
+            .filter(|l| l.contains("tls"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let expiry = metric_value(&text, "slidegate_tls_certificate_expiry_timestamp_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    assert!(
+        expiry > now,
+        "certificate expiry {expiry} not in the future"
+    );
+    let log = slidegate.log();
+    assert!(
+        log.contains("TLS handshake failed"),
+        "refusal not logged:\n{log}"
+    );
+    assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_without_a_restart_and_a_broken_one_keeps_the_old() {
+    let ca = Ca::new("slidegate test CA");
+    let first = ca.server();
+    let client = ca.client(ALLOWED);
+    let mut volume = SecretVolume::new(&first, &ca.pem);
+    let rules = rules();
+    let slidegate = start(
+        rules.path(),
+        &volume.path("tls.crt"),
+        &volume.path("tls.key"),
+        &volume.path("ca.crt"),
+    );
+    let http = slidegate.http_port;
+    let served = || {
+        https_get(http, &ca.pem, &client, "/healthcheck")
+            .map(|(leaf, _)| leaf)
+            .unwrap_or_default()
+    };
+    assert_eq!(served(), der(&first.cert));
+    let open = channel(slidegate.grpc_port, &ca.pem, Some(&client))
+        .await
+        .expect("connect");
+    assert_eq!(call(open.clone()).await, Ok(Code::Ok));
+
+    // A Kubernetes Secret update: the `..data` symlink swapped.
+    let second = ca.server();
+    volume.swap(&second, &ca.pem);
+    assert!(
+        wait_until(Duration::from_secs(10), || served() == der(&second.cert)),
+        "the swapped Secret was not served:\n{}",
+        slidegate.log()
+    );
+    assert_eq!(
+        call(open.clone()).await,
+        Ok(Code::Ok),
+        "an open connection broke"
+    );
+
+    // cert-manager style: new files renamed over the names.
+    let third = ca.server();
+    rename_over(&volume.path("tls.key"), &third.key);
+    rename_over(&volume.path("tls.crt"), &third.cert);
+    assert!(
+        wait_until(Duration::from_secs(10), || served() == der(&third.cert)),
+        "the renamed certificate was not served:\n{}",
+        slidegate.log()
+    );
+
+    // Broken replacements: garbage, then a key of another certificate. The third stays.
+    let failures = || {
+        metric_value(
+            &metrics(http, &ca.pem, &client),
+            "slidegate_tls_reloads_total{result=\"failure\"}",
+        )
+    };
+    rename_over(&volume.path("tls.crt"), "not a certificate\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || failures() >= 1.0),
+        "a broken certificate was not counted"
+    );
+    rename_over(&volume.path("tls.crt"), &ca.server().cert);
+    assert!(
+        wait_until(Duration::from_secs(10), || failures() >= 2.0),
+        "a key mismatch was not counted"
+    );
+    assert_eq!(
+        served(),
+        der(&third.cert),
+        "a broken replacement was served"
+    );
+    assert_eq!(call(open).await, Ok(Code::Ok), "an open connection broke");
+    let log = slidegate.log();
+    assert!(log.contains("the previous material keeps serving"), "{log}");
+    assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+}
+
+/// envoyproxy/ratelimit's TLS variables (as Envoy Gateway sets them) turn on mutual TLS on the
+/// gRPC port only: a client with an allowed certificate is answered, one with another SAN is
+/// refused, and the HTTP port keeps answering plaintext probes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoyproxy_ratelimit_tls_variables_secure_the_grpc_port_only() {
+    let ca = Ca::new("slidegate test CA");
+    let server = ca.server();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path.to_str().expect("utf-8 path").to_string()
+    };
+    let (cert, key, client_ca) = (
+        write("tls.crt", &server.cert),
+        write("tls.key", &server.key),
+        write("ca.crt", &ca.pem),
+    );
+    let env = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", cert.as_str()),
+        ("GRPC_SERVER_TLS_KEY", key.as_str()),
+        ("GRPC_CLIENT_TLS_CACERT", client_ca.as_str()),
+        ("GRPC_CLIENT_TLS_SAN", ALLOWED),
+    ];
+    let rules = rules();
+    let slidegate = Slidegate::start_with_env(rules.path(), &[], &env);
+    let port = slidegate.grpc_port;
+    assert_eq!(
+        call_as(port, &ca.pem, Some(&ca.client(ALLOWED))).await,
+        Ok(Code::Ok),
+        "{}",
+        slidegate.log()
+    );
+    let other = ca.client("spiffe://cluster.local/ns/edge/sa/other");
+    assert!(call_as(port, &ca.pem, Some(&other)).await.is_err());
+    let (status, _) = slidegate.get("/healthcheck");
+    assert_eq!(status, 200, "plaintext /healthcheck: {}", slidegate.log());
+}
+
+/// The limits every connection gets hold under TLS: a client that opens a connection and never
+/// finishes the handshake is closed at the handshake timeout (and counted), and a PING flood
+/// inside an mTLS session is cut off by the control-frame meter, which reads the decrypted
+/// stream; meanwhile an allowed client keeps getting answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_handshakes_and_ping_floods_inside_tls_are_closed() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ca = Ca::new("slidegate test CA");
+    let server = ca.server();
+    let client = ca.client(ALLOWED);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path
+    };
+    let (cert, key, client_ca) = (
+        write("tls.crt", &server.cert),
+        write("tls.key", &server.key),
+        write("ca.crt", &ca.pem),
+    );
+    let rules = rules();
+    let flags = [
+        "--tls-cert-file",
+        path_str(&cert),
+        "--tls-key-file",
+        path_str(&key),
+        "--tls-client-ca-file",
+        path_str(&client_ca),
+        "--handshake-timeout",
+        "1s",
+    ];
+    let slidegate = Slidegate::start(rules.path(), &flags);
+    let port = slidegate.grpc_port;
+
+    // A handshake that never completes: half a ClientHello, then silence.
+    let mut stalled = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    stalled
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .await
+        .expect("write");
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(5), stalled.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "a stalled handshake was not closed: {closed:?}"
+    );
+
+    // A PING flood inside an mTLS session.
+    let connector = tokio_rustls::TlsConnector::from(tls_client_config(&ca.pem, &client, b"h2"));
+    let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let tls = connector
+        .connect(name, socket)
+        .await
+        .expect("mTLS handshake");
+    let (mut read, mut write) = tokio::io::split(tls);
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 << 10];
+        while matches!(read.read(&mut buf).await, Ok(n) if n > 0) {}
+    });
+    let mut start = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    start.extend([0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7].repeat(1000);
+    let flood = async {
+        if write.write_all(&start).await.is_ok() {
+            while write.write_all(&ping).await.is_ok() {}
+        }
+    };
+    let cut_off = tokio::select! {
+        () = flood => true,
+        _ = reader => true,
+        _ = tokio::time::sleep(Duration::from_secs(5)) => false,
+    };
+    assert!(cut_off, "a PING flood inside TLS was not cut off");
+    assert_eq!(call_as(port, &ca.pem, Some(&client)).await, Ok(Code::Ok));
+    let text = metrics(slidegate.http_port, &ca.pem, &client);
+    assert!(
+        refused(&text, "grpc", "handshake_timeout") >= 1.0,
+        "stalled handshake not counted"
+    );
+}
