@@ -71,6 +71,7 @@ pub const SETTING_IDS: &[&str] = &[
     "log_format",
     "shadow_mode",
     "response_headers",
+    "admin_addr",
     "xds_server",
     "xds_node_id",
     "xds_node_metadata",
@@ -373,7 +374,8 @@ fn rules<F: Fn(&str) -> Option<String>>(
     Ok(())
 }
 
-/// `HOST`/`PORT` → `--http-addr`, `GRPC_HOST`/`GRPC_PORT` → `--grpc-addr`.
+/// `HOST`/`PORT` → `--http-addr`, `GRPC_HOST`/`GRPC_PORT` → `--grpc-addr`, `DEBUG_HOST`/`DEBUG_PORT`
+/// → `--admin-addr`.
 fn listeners<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
     out: &mut Translation,
@@ -386,6 +388,14 @@ fn listeners<F: Fn(&str) -> Option<String>>(
             "grpc_addr",
             "GRPC_HOST/GRPC_PORT",
             8081,
+        ),
+        // Its debug port serves /rlconfig (and stats): slidegate's operator listener.
+        (
+            "DEBUG_HOST",
+            "DEBUG_PORT",
+            "admin_addr",
+            "DEBUG_HOST/DEBUG_PORT",
+            6070,
         ),
     ] {
         let host = env.take(host_var);
@@ -404,13 +414,6 @@ fn listeners<F: Fn(&str) -> Option<String>>(
         set(out, id, addr.to_string(), from);
     }
     grpc_tls(env, out)?;
-    for name in ["DEBUG_HOST", "DEBUG_PORT"] {
-        env.unhonoured_if_set(
-            name,
-            "no separate debug port: /rlconfig and /metrics are served on the HTTP port (PORT)",
-            out,
-        );
-    }
     Ok(())
 }
 
@@ -1049,17 +1052,17 @@ mod tests {
         ])
         .unwrap()
         .unwrap();
+        assert_eq!(value(&t, "admin_addr").as_deref(), Some("0.0.0.0:6070"));
         let names: Vec<&str> = t.unhonoured.iter().map(|u| u.variable).collect();
         assert_eq!(
             names,
             vec![
-                "DEBUG_PORT",
                 "REDIS_TYPE",
                 "LIMIT_RESET_HEADER",
                 "USE_STATSD",
                 "NEAR_LIMIT_RATIO"
             ]
         );
-        assert!(t.unhonoured[1].why.contains("REDIS_URL is not set"));
+        assert!(t.unhonoured[0].why.contains("REDIS_URL is not set"));
     }
 }
