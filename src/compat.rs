@@ -65,6 +65,8 @@ pub const SETTING_IDS: &[&str] = &[
     "redis_url",
     "redis_cluster",
     "redis_tls_ca_file",
+    "redis_tls_cert_file",
+    "redis_tls_key_file",
     "redis_timeout",
     "redis_prefix",
     "log_level",
@@ -545,12 +547,27 @@ fn redis<F: Fn(&str) -> Option<String>>(
         size.parse::<u32>()
             .map_err(|_| invalid("REDIS_POOL_SIZE", &size, "expected a whole number"))?;
     }
-    for name in ["REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"] {
-        env.unhonoured_if_set(
-            name,
-            "slidegate does not present a client certificate to Redis",
-            out,
-        );
+    match (
+        env.take("REDIS_TLS_CLIENT_CERT"),
+        env.take("REDIS_TLS_CLIENT_KEY"),
+    ) {
+        (Some(cert), Some(key)) => {
+            set(out, "redis_tls_cert_file", cert, "REDIS_TLS_CLIENT_CERT");
+            set(out, "redis_tls_key_file", key, "REDIS_TLS_CLIENT_KEY");
+        }
+        (None, None) => {}
+        (Some(_), None) => {
+            return Err(unsupported(
+                "REDIS_TLS_CLIENT_KEY",
+                "needed with REDIS_TLS_CLIENT_CERT",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(unsupported(
+                "REDIS_TLS_CLIENT_CERT",
+                "needed with REDIS_TLS_CLIENT_KEY",
+            ));
+        }
     }
     env.expect_flag(
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
@@ -574,6 +591,8 @@ const REDIS_SETTINGS: &[&str] = &[
     "REDIS_AUTH",
     "REDIS_TLS",
     "REDIS_TLS_CACERT",
+    "REDIS_TLS_CLIENT_CERT",
+    "REDIS_TLS_CLIENT_KEY",
     "REDIS_TIMEOUT",
     "REDIS_POOL_SIZE",
     "CACHE_KEY_PREFIX",
@@ -1010,6 +1029,37 @@ mod tests {
         assert_eq!(
             value(&t, "redis_url").as_deref(),
             Some("redis+unix:///run/redis.sock?pass=secret")
+        );
+    }
+
+    #[test]
+    fn redis_client_certificate_maps_onto_its_flags() {
+        let t = run(&[
+            ("REDIS_URL", "a:1"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CACERT", "/tls/ca.pem"),
+            ("REDIS_TLS_CLIENT_CERT", "/tls/client.pem"),
+            ("REDIS_TLS_CLIENT_KEY", "/tls/client.key"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            value(&t, "redis_tls_ca_file").as_deref(),
+            Some("/tls/ca.pem")
+        );
+        assert_eq!(
+            value(&t, "redis_tls_cert_file").as_deref(),
+            Some("/tls/client.pem")
+        );
+        assert_eq!(
+            value(&t, "redis_tls_key_file").as_deref(),
+            Some("/tls/client.key")
+        );
+        assert!(t.unhonoured.iter().all(|u| !u.variable.contains("CLIENT")));
+        // A certificate without its key cannot be presented: refuse to start, naming the missing one.
+        assert_eq!(
+            error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TLS_CLIENT_CERT", "/c.pem")]),
+            "REDIS_TLS_CLIENT_KEY"
         );
     }
 

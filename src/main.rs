@@ -32,7 +32,8 @@ use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
 use slidegate::service::http::{AppState, admin_router, data_router, router};
 use slidegate::store::{
-    FailureMode, MemoryStore, RedisOptions, Store, SystemClock, connect, redact_url,
+    ClientCertFiles, FailureMode, MemoryStore, RedisOptions, Store, SystemClock, connect,
+    redact_url,
 };
 
 /// Sliding-window rate-limit service for Envoy (RateLimitService v3) and nginx.
@@ -181,6 +182,21 @@ struct ServeArgs {
     /// PEM file of CA certificates to trust for `rediss://` instead of the system roots.
     #[arg(long, env = "SLIDEGATE_REDIS_TLS_CA_FILE")]
     redis_tls_ca_file: Option<PathBuf>,
+    /// PEM certificate chain presented to Redis over `rediss://`, for servers started with
+    /// `tls-auth-clients yes`; needs --redis-tls-key-file. Read at startup.
+    #[arg(
+        long,
+        env = "SLIDEGATE_REDIS_TLS_CERT_FILE",
+        requires = "redis_tls_key_file"
+    )]
+    redis_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --redis-tls-cert-file.
+    #[arg(
+        long,
+        env = "SLIDEGATE_REDIS_TLS_KEY_FILE",
+        requires = "redis_tls_cert_file"
+    )]
+    redis_tls_key_file: Option<PathBuf>,
     /// Capacity (counters) of the local cache of known denies that saves Redis round trips; 0 turns
     /// it off.
     #[arg(long, env = "SLIDEGATE_REDIS_DENY_CACHE", default_value_t = 100_000)]
@@ -765,6 +781,11 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
         prefix: args.redis_prefix.clone(),
         timeout: args.redis_timeout,
         tls_ca_file: args.redis_tls_ca_file.clone(),
+        tls_client_cert: args
+            .redis_tls_cert_file
+            .clone()
+            .zip(args.redis_tls_key_file.clone())
+            .map(|(cert, key)| ClientCertFiles { cert, key }),
         deny_cache: args.redis_deny_cache,
         // One per worker thread, plus one for the main thread's health checks.
         connections: usize::from(args.workers) + 1,

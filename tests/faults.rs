@@ -18,8 +18,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message as _;
 use support::{
-    RedisCluster, RedisServer, Slidegate, descriptor, grpc_frame, http_get, metric_value,
-    raw_should_rate_limit, send_signal, wait_until,
+    RedisCluster, RedisServer, Slidegate, TlsRedisServer, descriptor, grpc_frame, http_get,
+    metric_value, raw_should_rate_limit, send_signal, wait_until,
 };
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
@@ -1040,4 +1040,84 @@ async fn sigterm_under_load_answers_every_call_in_flight() {
     eprintln!("exited {exited_after:?} after SIGTERM");
     // Calls made after SIGTERM were refused, not accepted and dropped.
     assert!(server.log().contains("shutting down"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis requiring client certificates
+
+/// Redis over TLS with `tls-auth-clients yes`. Proves: slidegate given `--redis-tls-cert-file`
+/// and `--redis-tls-key-file` (as `SLIDEGATE_*` variables) is healthy and decides by Redis (the
+/// third call on a limit of 2 is denied); one without them stays up, reports NOT_SERVING, answers
+/// by its failure mode (`allow`: 200) and logs why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_requiring_a_client_certificate() {
+    let Some(redis) = TlsRedisServer::start(&["--tls-auth-clients", "yes"]) else {
+        return;
+    };
+    let rules = Rules::new(RULES);
+    let url = redis.url(None);
+    let ca = redis.ca_file.to_string_lossy().into_owned();
+    let common = [
+        "--redis-url",
+        &url,
+        "--redis-tls-ca-file",
+        &ca,
+        "--redis-timeout",
+        "500ms",
+        "--failure-mode",
+        "allow",
+    ];
+    let cert = redis.client_cert_file.to_string_lossy().into_owned();
+    let key = redis.client_key_file.to_string_lossy().into_owned();
+    let with_cert = Slidegate::start_with_env(
+        &rules.dir(),
+        &common,
+        &[
+            ("SLIDEGATE_REDIS_TLS_CERT_FILE", &cert),
+            ("SLIDEGATE_REDIS_TLS_KEY_FILE", &key),
+        ],
+    );
+    let without = Slidegate::start(&rules.dir(), &common);
+
+    assert!(
+        wait_until(Duration::from_secs(10), || healthy(&with_cert)),
+        "not healthy with a client certificate:\n{}",
+        with_cert.log()
+    );
+    let http = reqwest::Client::new();
+    let check = async |server: &Slidegate| {
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let response = http
+                .get(server.url("/check"))
+                .header("x-ratelimit-domain", DOMAIN)
+                .header("x-ratelimit-descriptor", "tight=mtls")
+                .send()
+                .await
+                .expect("GET /check");
+            answers.push(response.status().as_u16());
+        }
+        answers
+    };
+    let answers = check(&with_cert).await;
+    assert_eq!(answers, [200, 200, 429], "{}", with_cert.log());
+
+    let down = wait_until(Duration::from_secs(5), || {
+        without.get("/healthcheck") == (503, "NOT_SERVING\n".to_string())
+    });
+    assert!(
+        down,
+        "healthy without a client certificate:\n{}",
+        without.log()
+    );
+    let answers = check(&without).await;
+    assert_eq!(answers, [200, 200, 200], "failure mode allow");
+    assert!(server_alive(&without), "{}", without.log());
+    let log = without.log();
+    assert!(!log.contains("panicked"), "{log}");
+    // rustls names the server's refusal.
+    assert!(
+        log.contains("CertificateRequired"),
+        "no reason logged:\n{log}"
+    );
 }

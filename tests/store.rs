@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use proptest::prelude::*;
 use redis::cluster_routing::Slot;
 use slidegate::store::{
-    Clock, Counter, CounterKey, Decision, ManualClock, MemoryStore, Precision, RedisOptions,
-    RedisStore, Store, StoreError, redact_url,
+    ClientCertFiles, Clock, Counter, CounterKey, Decision, ManualClock, MemoryStore, Precision,
+    RedisOptions, RedisStore, Store, StoreError, redact_url,
 };
 use support::{RedisCluster, RedisServer, TlsRedisCluster, TlsRedisServer};
 
@@ -1407,12 +1407,122 @@ async fn tls_with_a_private_ca_and_a_password() {
     assert!(!err.to_string().contains("wrong-pass"), "{err}");
 }
 
+/// A server started with `tls-auth-clients yes`: with the client certificate the store decides;
+/// without it every call fails with a connection error (no panic), and a key that does not
+/// parse is refused when the store is built, naming the problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_client_certificate() {
+    let Some(tls) = TlsRedisServer::start(&["--tls-auth-clients", "yes"]) else {
+        return;
+    };
+    let client_cert = ClientCertFiles {
+        cert: tls.client_cert_file.clone(),
+        key: tls.client_key_file.clone(),
+    };
+    let opts = RedisOptions {
+        tls_ca_file: Some(tls.ca_file.clone()),
+        tls_client_cert: Some(client_cert.clone()),
+        ..redis_options(tls.url(None))
+    };
+    let store = RedisStore::connect(&opts).await.expect("connect");
+    store.ping().await.expect("ping with a client certificate");
+    let d = store.decide(&[probe()]).await.expect("decide");
+    assert!(d.allowed && d.counters[0].count == 1);
+
+    let anonymous = RedisOptions {
+        tls_ca_file: Some(tls.ca_file.clone()),
+        ..redis_options(tls.url(None))
+    };
+    let store = RedisStore::connect(&anonymous)
+        .await
+        .expect("options are fine");
+    for _ in 0..2 {
+        let err = store.decide(&[probe()]).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Connection(_) | StoreError::Timeout(_)),
+            "{err:?}"
+        );
+    }
+    assert!(store.ping().await.is_err());
+
+    let unparsable = RedisOptions {
+        tls_client_cert: Some(ClientCertFiles {
+            key: tls.ca_file.clone(),
+            ..client_cert.clone()
+        }),
+        ..opts.clone()
+    };
+    let err = RedisStore::connect(&unparsable)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("private key"), "{err}");
+    let missing = RedisOptions {
+        tls_client_cert: Some(ClientCertFiles {
+            cert: "/nonexistent/client.pem".into(),
+            ..client_cert
+        }),
+        ..opts
+    };
+    let err = RedisStore::connect(&missing).await.unwrap_err().to_string();
+    assert!(err.contains("client certificate file"), "{err}");
+}
+
+/// A TLS cluster whose nodes require client certificates (`tls-auth-clients yes`): the
+/// certificate is presented to every node the store reaches (seeds and those it learns from the
+/// slot map); without it, an error and no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls_with_a_client_certificate() {
+    let Some(tls) = TlsRedisCluster::start(&["--tls-auth-clients", "yes"]) else {
+        return;
+    };
+    let opts = RedisOptions {
+        tls_ca_file: Some(tls.ca.ca_file.clone()),
+        tls_client_cert: Some(ClientCertFiles {
+            cert: tls.ca.client_cert_file.clone(),
+            key: tls.ca.client_key_file.clone(),
+        }),
+        ..cluster_options(tls.urls())
+    };
+    let store = RedisStore::connect(&opts).await.expect("connect");
+    store.ping().await.expect("ping with a client certificate");
+    let w = Duration::from_secs(60);
+    let mut nodes = Vec::new();
+    for i in 0.. {
+        let c = counter("mtls", &format!("k{i}"), 3, w, 1);
+        let key = format!("{PREFIX}{}", c.key.as_str());
+        let port = tls.cluster.node_for(&key).port;
+        if nodes.contains(&port) {
+            continue;
+        }
+        nodes.push(port);
+        assert!(store.decide(&[c]).await.expect("decide").allowed);
+        assert_eq!(tls.cluster.node_for(&key).cli(&["ZCARD", &key]), "1");
+        if nodes.len() == 3 {
+            break;
+        }
+    }
+
+    let anonymous = RedisOptions {
+        tls_ca_file: Some(tls.ca.ca_file.clone()),
+        ..cluster_options(tls.urls())
+    };
+    let failed = match RedisStore::connect(&anonymous).await {
+        Err(_) => true,
+        Ok(store) => store.decide(&[probe()]).await.is_err(),
+    };
+    assert!(
+        failed,
+        "a cluster requiring client certificates was used without one"
+    );
+}
+
 /// Redis Cluster over TLS (`tls-cluster yes`, a private CA): seeds given as `rediss://` URLs,
 /// every node reached over TLS, counters on different slots decided and stored on their nodes;
 /// without trusting the CA, an error and no panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_over_tls_with_a_private_ca() {
-    let Some(tls) = TlsRedisCluster::start() else {
+    let Some(tls) = TlsRedisCluster::start(&[]) else {
         return;
     };
     let opts = RedisOptions {

@@ -55,8 +55,8 @@ pub mod memory;
 pub mod redis;
 
 pub use self::redis::{
-    DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisOptions, RedisStore, connect,
-    redact_url,
+    ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisOptions, RedisStore,
+    connect, redact_url,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use key::CounterKey;

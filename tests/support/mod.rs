@@ -164,11 +164,15 @@ pub fn command_calls(info: &str, command: &str) -> u64 {
 }
 
 /// A redis-server reached over TLS only, with a CA and server certificate generated for the test.
-/// The server does not ask clients for certificates (`--tls-auth-clients no`).
+/// The server does not ask clients for certificates unless `extra` holds
+/// `--tls-auth-clients yes`.
 pub struct TlsRedisServer {
     pub server: RedisServer,
     /// PEM of the CA that signed the server certificate (what a client must trust).
     pub ca_file: PathBuf,
+    /// A client certificate and key the same CA signed, for `--tls-auth-clients yes`.
+    pub client_cert_file: PathBuf,
+    pub client_key_file: PathBuf,
 }
 
 impl TlsRedisServer {
@@ -184,12 +188,17 @@ impl TlsRedisServer {
         args.extend(tls_args.iter().map(String::as_str));
         args.extend(extra);
         let server = RedisServer::spawn(&args, tls_port)?;
-        // Keep the CA as long as the server (its dir is deleted on drop).
-        let kept = server.dir.path().join("ca.pem");
-        std::fs::copy(&ca.ca_file, &kept).expect("keep ca");
+        // Keep the CA and client files as long as the server (its dir is deleted on drop).
+        let keep = |from: &PathBuf| {
+            let kept = server.dir.path().join(from.file_name().expect("file name"));
+            std::fs::copy(from, &kept).expect("keep TLS file");
+            kept
+        };
         Some(TlsRedisServer {
+            ca_file: keep(&ca.ca_file),
+            client_cert_file: keep(&ca.client_cert_file),
+            client_key_file: keep(&ca.client_key_file),
             server,
-            ca_file: kept,
         })
     }
 
@@ -202,13 +211,15 @@ impl TlsRedisServer {
     }
 }
 
-/// A private CA and a server certificate it signed (for `localhost` and `127.0.0.1`), as PEM files
-/// in a temporary directory that lives as long as this value.
+/// A private CA, a server certificate it signed (for `localhost` and `127.0.0.1`) and a client
+/// certificate it signed, as PEM files in a temporary directory that lives as long as this value.
 pub struct TestCa {
     pub dir: tempfile::TempDir,
     pub ca_file: PathBuf,
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
+    pub client_cert_file: PathBuf,
+    pub client_key_file: PathBuf,
 }
 
 impl TestCa {
@@ -245,18 +256,36 @@ impl TestCa {
         let key = rcgen::KeyPair::generate().expect("server key");
         let cert = params.signed_by(&key, &issuer).expect("server cert");
 
+        let mut client_params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).expect("client params");
+        client_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "slidegate");
+        client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client_key = rcgen::KeyPair::generate().expect("client key");
+        let client_cert = client_params
+            .signed_by(&client_key, &issuer)
+            .expect("client cert");
+        let client_cert_file = dir.path().join("client.pem");
+        let client_key_file = dir.path().join("client.key");
+
         std::fs::write(&ca_file, ca_cert.pem()).expect("write ca");
         std::fs::write(&cert_file, cert.pem()).expect("write cert");
         std::fs::write(&key_file, key.serialize_pem()).expect("write key");
+        std::fs::write(&client_cert_file, client_cert.pem()).expect("write client cert");
+        std::fs::write(&client_key_file, client_key.serialize_pem()).expect("write client key");
         TestCa {
             dir,
             ca_file,
             cert_file,
             key_file,
+            client_cert_file,
+            client_key_file,
         }
     }
 
-    /// redis-server flags serving this certificate (clients need not present one).
+    /// redis-server flags serving this certificate (clients need not present one unless later
+    /// flags say `--tls-auth-clients yes`).
     pub fn server_args(&self) -> Vec<String> {
         let path = |p: &PathBuf| p.to_string_lossy().into_owned();
         vec![
@@ -347,7 +376,9 @@ pub struct TlsRedisCluster {
 }
 
 impl TlsRedisCluster {
-    pub fn start() -> Option<TlsRedisCluster> {
+    /// Starts one; `extra` is added to every node's flags (e.g. `--tls-auth-clients yes`: the
+    /// nodes present their server certificate, which allows client auth, to each other).
+    pub fn start(extra: &[&str]) -> Option<TlsRedisCluster> {
         require_program("redis-server")?;
         let ca = TestCa::new();
         let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -355,6 +386,7 @@ impl TlsRedisCluster {
             let mut args = vec!["--tls-port".to_string(), tls_ports[i].to_string()];
             args.extend(ca.server_args());
             args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
+            args.extend(extra.iter().map(|a| a.to_string()));
             args
         };
         let cluster = RedisCluster::start_with(&per_node)?;

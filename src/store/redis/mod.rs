@@ -92,7 +92,7 @@ use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::Slot;
 use ::redis::io::tcp::TcpSettings;
-use ::redis::{ConnectionInfo, IntoConnectionInfo, RedisError, TlsCertificates};
+use ::redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, RedisError, TlsCertificates};
 use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::{OnceCell, oneshot};
@@ -136,6 +136,9 @@ pub struct RedisOptions {
     /// PEM file of CA certificates to trust for `rediss://` instead of the system roots (a private
     /// CA or a self-signed server certificate).
     pub tls_ca_file: Option<PathBuf>,
+    /// PEM certificate chain and private key presented to Redis over `rediss://`, for servers
+    /// that require client certificates (`tls-auth-clients yes`). Both or neither.
+    pub tls_client_cert: Option<ClientCertFiles>,
     /// Capacity of the exact local deny cache in counters; 0 turns it off. Standalone and Cluster
     /// (where a counter filled by hits a compensation may take back is never cached), see
     /// [`DenyCache`].
@@ -158,6 +161,7 @@ impl Default for RedisOptions {
             prefix: DEFAULT_PREFIX.to_string(),
             timeout: DEFAULT_TIMEOUT,
             tls_ca_file: None,
+            tls_client_cert: None,
             deny_cache: DEFAULT_DENY_CACHE,
             connections: 1,
             max_call_hits: DEFAULT_MAX_CALL_HITS,
@@ -174,10 +178,46 @@ impl std::fmt::Debug for RedisOptions {
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_client_cert", &self.tls_client_cert)
             .field("deny_cache", &self.deny_cache)
             .field("connections", &self.connections)
             .finish()
     }
+}
+
+/// The paths of the client certificate chain and its private key (PEM) presented to Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The CA and client certificate files read into what redis-rs takes, or `None` when neither is
+/// set (system roots, no client certificate). Read once at startup: a reconnect reuses them.
+fn tls_certificates(opts: &RedisOptions) -> Result<Option<TlsCertificates>, StoreError> {
+    if opts.tls_ca_file.is_none() && opts.tls_client_cert.is_none() {
+        return Ok(None);
+    }
+    let read = |what: &str, path: &PathBuf| {
+        std::fs::read(path).map_err(|e| {
+            StoreError::Backend(format!("cannot read Redis TLS {what} file {path:?}: {e}"))
+        })
+    };
+    let root_cert = match &opts.tls_ca_file {
+        Some(path) => Some(read("CA", path)?),
+        None => None,
+    };
+    let client_tls = match &opts.tls_client_cert {
+        Some(files) => Some(ClientTlsConfig {
+            client_cert: read("client certificate", &files.cert)?,
+            client_key: read("client key", &files.key)?,
+        }),
+        None => None,
+    };
+    Ok(Some(TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
 }
 
 /// Builds the Redis store the options describe: cluster when seed nodes are given, else standalone.
@@ -297,15 +337,7 @@ impl RedisStore {
             // An error here only means one is installed already.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let certs = match &opts.tls_ca_file {
-            Some(path) => Some(TlsCertificates {
-                client_tls: None,
-                root_cert: Some(std::fs::read(path).map_err(|e| {
-                    StoreError::Backend(format!("cannot read Redis TLS CA file {path:?}: {e}"))
-                })?),
-            }),
-            None => None,
-        };
+        let certs = tls_certificates(opts)?;
         let clean = |e: RedisError| {
             StoreError::Backend(format!(
                 "invalid Redis options for {endpoint}: {}",
