@@ -1,6 +1,6 @@
 //! `slidegate bench`: a gRPC load generator for any RateLimitService v3 server.
 //!
-//! It speaks only the public Envoy API over plain gRPC, so it measures slidegate and its peers
+//! It speaks only the public Envoy API over gRPC (plain, or TLS with `https://`), so it measures slidegate and its peers
 //! alike. Every worker runs a closed loop (send, wait, record): `--concurrency` workers share
 //! `--connections` HTTP/2 connections. Latency goes into an HDR histogram per worker, merged at the
 //! end, so percentiles are exact to three significant digits with no coordination on the hot path.
@@ -46,6 +46,7 @@
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Barrier, OnceLock};
@@ -69,6 +70,8 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Zipf};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 
 use crate::server::grpc::encode_frame;
@@ -176,6 +179,10 @@ pub struct BenchArgs {
     /// Print only the JSON line (no text report, no progress bar).
     #[arg(long, env = "SLIDEGATE_BENCH_JSON")]
     pub json: bool,
+    /// PEM CA certificates to trust for an `https://` target (gRPC over TLS, ALPN `h2`); needed
+    /// with one.
+    #[arg(long, env = "SLIDEGATE_BENCH_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// What one run measured.
@@ -267,7 +274,7 @@ impl WorkerStats {
 /// from plain synchronous code (it needs no runtime; every thread builds its own).
 pub fn main(args: BenchArgs) -> Result<BenchReport, BenchError> {
     validate(&args)?;
-    let target = Target::parse(&args.target)?;
+    let target = Target::parse(&args.target, args.ca_file.as_deref())?;
     let keys = Arc::new(KeySpace::new(&args)?);
     let phases = Phases::new(args.threads);
     let done = Arc::new(AtomicU64::new(0));
@@ -518,17 +525,17 @@ const CONNECTION_WINDOW: u32 = 16 << 20;
 /// Where `--target` points.
 #[derive(Clone, Debug)]
 enum Target {
-    /// A RateLimitService over plain HTTP/2: the address to dial, and the URI of the method there
-    /// (its scheme and authority become every request's `:scheme` and `:authority`).
-    Rls { addr: String, uri: Uri },
+    /// A RateLimitService over HTTP/2: where to dial, and the URI of the method there (its scheme
+    /// and authority become every request's `:scheme` and `:authority`).
+    Rls { dial: Dial, uri: Uri },
     /// A Redis server, called directly (see the module docs).
     Redis { url: String },
 }
 
 impl Target {
-    /// Accepts `http://host[:port]` (port 80 by default; the generator speaks plain HTTP/2 only)
-    /// and `redis://...`, any URL slidegate's Redis store takes.
-    fn parse(target: &str) -> Result<Self, BenchError> {
+    /// Accepts `http://host[:port]` (port 80 by default), `https://host[:port]` (443; TLS
+    /// trusting `ca_file`) and `redis://...`, any URL slidegate's Redis store takes.
+    fn parse(target: &str, ca_file: Option<&Path>) -> Result<Self, BenchError> {
         if target.starts_with("redis://") {
             return Ok(Target::Redis {
                 url: target.to_string(),
@@ -536,28 +543,79 @@ impl Target {
         }
         let invalid = || {
             BenchError::Invalid(format!(
-                "--target must be http://host:port (plain HTTP/2, no TLS) or redis://host:port, \
-                 got {target:?}"
+                "--target must be http://host:port, https://host:port (with --ca-file) or \
+                 redis://host:port, got {target:?}"
             ))
         };
         let uri: Uri = target.parse().map_err(|_| invalid())?;
-        let plain = uri.scheme() == Some(&Scheme::HTTP)
-            && matches!(uri.path(), "" | "/")
-            && uri.query().is_none();
-        let authority = uri.authority().filter(|_| plain).ok_or_else(invalid)?;
-        let addr = format!(
-            "{}:{}",
-            authority.host(),
-            authority.port_u16().unwrap_or(80)
-        );
+        let scheme = uri
+            .scheme()
+            .filter(|s| *s == &Scheme::HTTP || *s == &Scheme::HTTPS);
+        let plain_path = matches!(uri.path(), "" | "/") && uri.query().is_none();
+        let (Some(scheme), Some(authority), true) = (scheme, uri.authority(), plain_path) else {
+            return Err(invalid());
+        };
+        let tls = scheme == &Scheme::HTTPS;
+        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let tls = match (tls, ca_file) {
+            (false, _) => None,
+            (true, Some(ca_file)) => Some(tls_client(authority.host(), ca_file)?),
+            (true, None) => return Err(invalid()),
+        };
+        let dial = Dial {
+            addr: format!("{}:{port}", authority.host()),
+            tls,
+        };
         let uri = Uri::builder()
-            .scheme(Scheme::HTTP)
+            .scheme(scheme.clone())
             .authority(authority.clone())
             .path_and_query(PathAndQuery::from_static(SHOULD_RATE_LIMIT))
             .build()
             .map_err(|_| invalid())?;
-        Ok(Target::Rls { addr, uri })
+        Ok(Target::Rls { dial, uri })
     }
+}
+
+/// Where an HTTP/2 connection goes: the address, and for an `https://` target the TLS client and
+/// the name the server's certificate must carry.
+#[derive(Clone)]
+struct Dial {
+    addr: String,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+}
+
+impl std::fmt::Debug for Dial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dial")
+            .field("addr", &self.addr)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// A TLS client trusting only the CA certificates in `ca_file`, offering ALPN `h2` (gRPC).
+fn tls_client(
+    host: &str,
+    ca_file: &Path,
+) -> Result<(tokio_rustls::TlsConnector, ServerName<'static>), BenchError> {
+    let invalid = |what: String| BenchError::Invalid(format!("--ca-file {ca_file:?}: {what}"));
+    let pem = std::fs::read(ca_file).map_err(|e| invalid(e.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots
+            .add(cert.map_err(|e| invalid(e.to_string()))?)
+            .map_err(|e| invalid(e.to_string()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+        .map_err(|e| BenchError::Invalid(format!("--target host {host:?}: {e}")))?;
+    Ok((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
 }
 
 /// Opens `count` connections to the target on the current runtime.
@@ -573,8 +631,8 @@ async fn connect(
     let mut clients = Vec::with_capacity(count);
     for _ in 0..count {
         let client = match target {
-            Target::Rls { addr, uri } => Client::Rls(
-                RlsClient::connect(addr, uri, args.timeout)
+            Target::Rls { dial, uri } => Client::Rls(
+                RlsClient::connect(dial, uri, args.timeout)
                     .await
                     .map_err(failed)?,
             ),
@@ -684,7 +742,7 @@ const REDIAL_PAUSE: Duration = Duration::from_millis(100);
 /// server restarting mid-run): the first worker to find it dead dials, the others take the new
 /// handle. Calls made while no server answers fail, and are counted as errors.
 struct Connection {
-    addr: String,
+    dial: Dial,
     /// The live handle and its generation (how many times the connection was replaced).
     current: parking_lot::Mutex<(u64, SendRequest<Bytes>)>,
     /// When a worker last dialled; held while dialling, so only one worker dials at a time.
@@ -706,7 +764,7 @@ impl Connection {
             return None;
         }
         *last_dial = Some(Instant::now());
-        let dialled = tokio::time::timeout(timeout, open(&self.addr)).await;
+        let dialled = tokio::time::timeout(timeout, open(&self.dial)).await;
         let send = dialled.ok()?.ok()?;
         let mut current = self.current.lock();
         *current = (seen + 1, send);
@@ -714,17 +772,27 @@ impl Connection {
     }
 }
 
-/// Dials `addr` and starts HTTP/2 on it. The connection runs as a task of its own on the current
-/// runtime; its error is not logged, since every call on a failed connection fails too and is
-/// counted, and [`Connection`] dials again.
-async fn open(addr: &str) -> Result<SendRequest<Bytes>, Box<dyn std::error::Error + Send + Sync>> {
-    let tcp = TcpStream::connect(addr).await?;
+/// Dials, over TLS for an `https://` target, and starts HTTP/2. The connection runs as a task of
+/// its own on the current runtime; its error is not logged, since every call on a failed
+/// connection fails too and is counted, and [`Connection`] dials again.
+async fn open(dial: &Dial) -> Result<SendRequest<Bytes>, Box<dyn std::error::Error + Send + Sync>> {
+    let tcp = TcpStream::connect(&dial.addr).await?;
     tcp.set_nodelay(true)?;
+    match &dial.tls {
+        None => start_h2(tcp).await,
+        Some((connector, name)) => start_h2(connector.connect(name.clone(), tcp).await?).await,
+    }
+}
+
+async fn start_h2<T>(io: T) -> Result<SendRequest<Bytes>, Box<dyn std::error::Error + Send + Sync>>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (send, connection) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .enable_push(false)
-        .handshake(tcp)
+        .handshake(io)
         .await?;
     tokio::spawn(async move {
         let _ = connection.await;
@@ -745,15 +813,15 @@ struct RlsClient {
 }
 
 impl RlsClient {
-    /// Dials `addr`; calls go to the method at `uri`.
+    /// Dials `dial`; calls go to the method at `uri`.
     async fn connect(
-        addr: &str,
+        dial: &Dial,
         uri: &Uri,
         timeout: Duration,
     ) -> Result<RlsClient, Box<dyn std::error::Error + Send + Sync>> {
-        let send = open(addr).await?;
+        let send = open(dial).await?;
         let connection = Arc::new(Connection {
-            addr: addr.to_string(),
+            dial: dial.clone(),
             current: parking_lot::Mutex::new((0, send.clone())),
             last_dial: tokio::sync::Mutex::new(None),
         });
@@ -1232,6 +1300,7 @@ mod tests {
             redis_pid: None,
             prefill: 0,
             json: true,
+            ca_file: None,
         }
     }
 
@@ -1340,14 +1409,15 @@ mod tests {
 
     #[test]
     fn targets_are_plain_http_or_redis() {
-        let addr = |target: &str| match Target::parse(target) {
-            Ok(Target::Rls { addr, .. }) => Some(addr),
+        let addr = |target: &str| match Target::parse(target, None) {
+            Ok(Target::Rls { dial, .. }) => Some(dial.addr),
             _ => None,
         };
-        let Ok(Target::Rls { addr: a, uri }) = Target::parse("http://127.0.0.1:8081") else {
+        let Ok(Target::Rls { dial, uri }) = Target::parse("http://127.0.0.1:8081", None) else {
             panic!("plain http is a gRPC target");
         };
-        assert_eq!(a, "127.0.0.1:8081");
+        assert_eq!(dial.addr, "127.0.0.1:8081");
+        assert!(dial.tls.is_none());
         assert_eq!(
             uri.to_string(),
             format!("http://127.0.0.1:8081{SHOULD_RATE_LIMIT}")
@@ -1355,17 +1425,18 @@ mod tests {
         assert_eq!(addr("http://[::1]:9/"), Some("[::1]:9".into()));
         assert_eq!(addr("http://localhost"), Some("localhost:80".into()));
         assert!(matches!(
-            Target::parse("redis://127.0.0.1:6379"),
+            Target::parse("redis://127.0.0.1:6379", None),
             Ok(Target::Redis { url }) if url == "redis://127.0.0.1:6379"
         ));
         for bad in [
-            "https://127.0.0.1:8081",
+            "https://127.0.0.1:8081", // no --ca-file
+            "ftp://127.0.0.1:8081",
             "127.0.0.1:8081",
             "http://host/path",
             "",
         ] {
             assert!(
-                matches!(Target::parse(bad), Err(BenchError::Invalid(_))),
+                matches!(Target::parse(bad, None), Err(BenchError::Invalid(_))),
                 "{bad}"
             );
         }

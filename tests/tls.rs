@@ -468,3 +468,43 @@ async fn stalled_handshakes_and_ping_floods_inside_tls_are_closed() {
         "stalled handshake not counted"
     );
 }
+
+/// `slidegate bench` loads a gRPC listener over TLS (`https://`, trusting `--ca-file`): every call
+/// answered, none failed; without `--ca-file` an `https://` target is refused up front.
+#[test]
+fn bench_loads_a_tls_listener() {
+    let rules = rules();
+    let ca = support::TestCa::new();
+    let server = Slidegate::start(
+        rules.path(),
+        &[
+            "--tls-cert-file",
+            path_str(&ca.cert_file),
+            "--tls-key-file",
+            path_str(&ca.key_file),
+        ],
+    );
+    let target = format!("https://localhost:{}", server.grpc_port);
+    let bench = |extra: &[&str]| {
+        support::slidegate_command()
+            .args([
+                "bench", "--target", &target, "--domain", "tls", "--key", "k",
+            ])
+            .args(["--duration", "1s", "--warmup", "0s", "--json"])
+            .args(extra)
+            .output()
+            .expect("run slidegate bench")
+    };
+    let out = bench(&["--ca-file", path_str(&ca.ca_file)]);
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert!(report["requests"].as_u64().unwrap_or(0) > 0, "{report}");
+    assert_eq!(report["errors"].as_u64(), Some(0), "{report}");
+
+    let out = bench(&[]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--ca-file"),
+        "{out:?}"
+    );
+}
