@@ -508,3 +508,68 @@ fn bench_loads_a_tls_listener() {
         "{out:?}"
     );
 }
+
+/// Proves: certificates rotated while `slidegate bench` keeps calls going over TLS (a Secret
+/// `..data` swap, then files renamed over) fail no call, and new connections then get the new
+/// certificate.
+#[test]
+fn rotation_under_load_fails_no_call() {
+    let ca = Ca::new("slidegate test CA");
+    let client = ca.client(ALLOWED);
+    let mut volume = SecretVolume::new(&ca.server(), &ca.pem);
+    let rules = rules();
+    let (cert, key) = (volume.path("tls.crt"), volume.path("tls.key"));
+    let slidegate = Slidegate::start(
+        rules.path(),
+        &[
+            "--tls-cert-file",
+            path_str(&cert),
+            "--tls-key-file",
+            path_str(&key),
+        ],
+    );
+    let ca_file = tempfile::NamedTempFile::new().expect("ca file");
+    std::fs::write(ca_file.path(), &ca.pem).expect("write ca");
+    let target = format!("https://localhost:{}", slidegate.grpc_port);
+    let bench = support::slidegate_command()
+        .args([
+            "bench", "--target", &target, "--domain", "tls", "--key", "k",
+        ])
+        .args(["--ca-file", path_str(ca_file.path())])
+        .args(["--connections", "4", "--concurrency", "8"])
+        .args(["--duration", "6s", "--warmup", "0s", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run slidegate bench");
+    let http = slidegate.http_port;
+    let served = || {
+        https_get(http, &ca.pem, &client, "/healthcheck")
+            .map(|(leaf, _)| leaf)
+            .unwrap_or_default()
+    };
+
+    std::thread::sleep(Duration::from_secs(1));
+    let second = ca.server();
+    volume.swap(&second, &ca.pem);
+    assert!(
+        wait_until(Duration::from_secs(4), || served() == der(&second.cert)),
+        "the swapped Secret was not served:\n{}",
+        slidegate.log()
+    );
+    let third = ca.server();
+    rename_over(&key, &third.key);
+    rename_over(&cert, &third.cert);
+    assert!(
+        wait_until(Duration::from_secs(4), || served() == der(&third.cert)),
+        "the renamed certificate was not served:\n{}",
+        slidegate.log()
+    );
+
+    let out = bench.wait_with_output().expect("bench output");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert!(report["requests"].as_u64().unwrap_or(0) > 0, "{report}");
+    assert_eq!(report["errors"].as_u64(), Some(0), "calls failed: {report}");
+    assert!(out.status.success(), "{out:?}");
+}
