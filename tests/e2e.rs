@@ -223,27 +223,11 @@ fn envoy_calls_slidegate_over_mutual_tls_and_refused_envoys_get_no_answers() {
         return;
     };
     let dir = test_dir("envoy_mutual_tls");
-    let write = |name: &str, pem: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, pem).expect("write PEM");
-        path
-    };
+    let write = |name: &str, pem: &str| write_pem(&dir, name, pem);
     let ca = Ca::new("mesh CA");
-    let server = ca.server();
-    let (cert, key) = (write("sg.crt", &server.cert), write("sg.key", &server.key));
     let client_ca = write("ca.crt", &ca.pem);
     let envoy_id = "spiffe://cluster.local/ns/edge/sa/envoy";
-    let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
-    let flags = [
-        "--tls-cert-file".to_string(),
-        path(&cert),
-        "--tls-key-file".to_string(),
-        path(&key),
-        "--tls-client-ca-file".to_string(),
-        path(&client_ca),
-        "--tls-client-san".to_string(),
-        envoy_id.to_string(),
-    ];
+    let flags = mutual_tls_flags(&dir, &ca, envoy_id);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let upstream = Upstream::start();
     let slidegate = Slidegate::start_tls(&dir, &default_config(), "sg", &flags);
@@ -468,6 +452,54 @@ fn nginx_auth_request_answers_429_with_retry_after() {
         r.status, 200,
         "nginx must fail open without slidegate: {r:?}"
     );
+}
+
+/// nginx's auth_request to /check over mutual TLS (the lines OPERATIONS' TLS section gives):
+/// nginx verifies slidegate's certificate against a private CA and presents its own, which
+/// slidegate requires; the decisions are the same as in plaintext: 200, 200, then 429.
+#[test]
+fn nginx_auth_request_checks_over_mutual_tls() {
+    let Some(nginx) = require_program("nginx") else {
+        return;
+    };
+    let dir = test_dir("nginx_tls");
+    let ca = Ca::new("mesh CA");
+    let nginx_id = "spiffe://cluster.local/ns/edge/sa/nginx";
+    let client = ca.client(nginx_id);
+    let client_cert = write_pem(&dir, "nginx.crt", &client.cert);
+    let client_key = write_pem(&dir, "nginx.key", &client.key);
+    let ca_file = write_pem(&dir, "ca.crt", &ca.pem);
+    let flags = mutual_tls_flags(&dir, &ca, nginx_id);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start_tls(&dir, &default_config(), "sg", &flags);
+    let over_tls = format!(
+        "proxy_pass https://slidegate/check;
+            proxy_ssl_trusted_certificate {};
+            proxy_ssl_verify on;
+            proxy_ssl_name localhost;
+            proxy_ssl_certificate {};
+            proxy_ssl_certificate_key {};
+            proxy_ssl_session_reuse on;",
+        ca_file.display(),
+        client_cert.display(),
+        client_key.display()
+    );
+    let extra = [("proxy_pass http://slidegate/check;", over_tls)];
+    let nginx = Nginx::start_with(&nginx, &dir, slidegate.http_port, upstream.port, &extra);
+
+    let alice = [("x-user-id", "alice")];
+    for i in 0..2 {
+        let r = http_get(nginx.port, "/hello", &alice);
+        assert_eq!(r.status, 200, "request {i}: {r:?}");
+        assert!(
+            r.header("ratelimit-remaining").is_some(),
+            "request {i}: no answer from slidegate over TLS: {r:?}"
+        );
+    }
+    let denied = http_get(nginx.port, "/hello", &alice);
+    assert_eq!(denied.status, 429, "{denied:?}");
+    assert!(denied.header("retry-after").is_some(), "{denied:?}");
 }
 
 /// Through examples/nginx.conf, every spelling of one path shares one counter: nginx's
@@ -945,6 +977,30 @@ fn upstream_tls(cert: &Path, key: &Path, ca: &Path) -> String {
     )
 }
 
+/// Writes `pem` as `name` in `dir`.
+fn write_pem(dir: &Path, name: &str, pem: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, pem).expect("write PEM");
+    path
+}
+
+/// slidegate's flags for mutual TLS: a `localhost` certificate from `ca`, clients required to
+/// present a certificate from `ca` for `client_san`.
+fn mutual_tls_flags(dir: &Path, ca: &Ca, client_san: &str) -> Vec<String> {
+    let server = ca.server();
+    let path = |name: &str, pem: &str| write_pem(dir, name, pem).display().to_string();
+    vec![
+        "--tls-cert-file".to_string(),
+        path("sg.crt", &server.cert),
+        "--tls-key-file".to_string(),
+        path("sg.key", &server.key),
+        "--tls-client-ca-file".to_string(),
+        path("ca.crt", &ca.pem),
+        "--tls-client-san".to_string(),
+        client_san.to_string(),
+    ]
+}
+
 /// A running nginx with examples/nginx.conf, its ports rewritten.
 struct Nginx {
     port: u16,
@@ -955,28 +1011,38 @@ impl Nginx {
     /// Starts nginx in front of `upstream`, checking with slidegate on `check_port`; waits until
     /// it accepts connections.
     fn start(program: &Path, dir: &Path, check_port: u16, upstream: u16) -> Nginx {
+        Nginx::start_with(program, dir, check_port, upstream, &[])
+    }
+
+    /// Like `start`, with `extra` textual rewrites of the example (e.g. the check over TLS).
+    fn start_with(
+        program: &Path,
+        dir: &Path,
+        check_port: u16,
+        upstream: u16,
+        extra: &[(&str, String)],
+    ) -> Nginx {
         let port = free_port();
-        let conf = rewrite(
-            &read_example("nginx.conf"),
-            &[
-                (
-                    "listen 127.0.0.1:8888;",
-                    format!("listen 127.0.0.1:{port};"),
-                ),
-                (
-                    "server 127.0.0.1:8080;",
-                    format!("server 127.0.0.1:{check_port};"),
-                ),
-                (
-                    "server 127.0.0.1:8000;",
-                    format!("server 127.0.0.1:{upstream};"),
-                ),
-                (
-                    "proxy_read_timeout    100ms;",
-                    "proxy_read_timeout    2s;".to_string(),
-                ),
-            ],
-        );
+        let mut pairs = vec![
+            (
+                "listen 127.0.0.1:8888;",
+                format!("listen 127.0.0.1:{port};"),
+            ),
+            (
+                "server 127.0.0.1:8080;",
+                format!("server 127.0.0.1:{check_port};"),
+            ),
+            (
+                "server 127.0.0.1:8000;",
+                format!("server 127.0.0.1:{upstream};"),
+            ),
+            (
+                "proxy_read_timeout    100ms;",
+                "proxy_read_timeout    2s;".to_string(),
+            ),
+        ];
+        pairs.extend(extra.iter().cloned());
+        let conf = rewrite(&read_example("nginx.conf"), &pairs);
         let conf_path = dir.join("nginx.conf");
         std::fs::write(&conf_path, conf).expect("write nginx.conf");
         let prefix = dir.join("nginx");
