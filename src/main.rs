@@ -2,7 +2,6 @@
 //! behaviour lives in the library.
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,7 +12,6 @@ use arc_swap::ArcSwap;
 use clap::builder::BoolishValueParser;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
 
@@ -25,6 +23,7 @@ use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
+use slidegate::server::socket::{Address, Bound};
 use slidegate::server::tls::rotate::Rotation;
 use slidegate::server::tls::{Listener, Tls, TlsFiles};
 use slidegate::server::{Apps, Listeners, Workers};
@@ -124,17 +123,25 @@ struct ServeArgs {
     #[arg(long, env = "SLIDEGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     force_start_without_initial_config: bool,
-    /// Address of the gRPC server (RateLimitService, health, reflection).
+    /// Address of the gRPC server (RateLimitService, health, reflection): HOST:PORT, or
+    /// unix:/path for a Unix domain socket (Envoy's `pipe` address).
     #[arg(long, env = "SLIDEGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
-    grpc_addr: SocketAddr,
-    /// Address of the HTTP server (/json, /check, /healthcheck, /rlconfig, /metrics).
+    grpc_addr: Address,
+    /// Address of the HTTP server (/json, /check, /healthcheck, /rlconfig, /metrics): HOST:PORT,
+    /// or unix:/path for a Unix domain socket (nginx's `server unix:/path;`).
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
-    http_addr: SocketAddr,
+    http_addr: Address,
     /// Address of the operator listener (plaintext): /metrics, /rlconfig and /healthcheck move
     /// there, and the HTTP port serves only /json, /check and /healthcheck. Bind it where only
     /// operators and Prometheus reach it (127.0.0.1, a pod-internal port).
+    /// HOST:PORT or unix:/path.
     #[arg(long, env = "SLIDEGATE_ADMIN_ADDR")]
-    admin_addr: Option<SocketAddr>,
+    admin_addr: Option<Address>,
+    /// Permissions of the Unix socket files (octal, e.g. 0660: the owner and its group may
+    /// connect); without it the umask decides. A socket file left by a crashed run is replaced,
+    /// anything else at the path is refused; the file is removed on shutdown.
+    #[arg(long, env = "SLIDEGATE_UNIX_SOCKET_MODE", value_parser = slidegate::server::socket::parse_mode)]
+    unix_socket_mode: Option<u32>,
     /// PEM certificate chain (leaf first): both listeners serve TLS only (gRPC with ALPN h2,
     /// HTTP with h2 and http/1.1). Replaced without a restart when the file changes.
     #[arg(long, env = "SLIDEGATE_TLS_CERT_FILE", requires = "tls_key_file")]
@@ -587,25 +594,27 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     };
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let grpc_listener = TcpListener::bind(args.grpc_addr)
+    let mode = args.unix_socket_mode;
+    let grpc_listener = args
+        .grpc_addr
+        .bind(mode)
         .await
         .with_context(|| format!("cannot listen for gRPC on {}", args.grpc_addr))?;
-    let http_listener = TcpListener::bind(args.http_addr)
+    let http_listener = args
+        .http_addr
+        .bind(mode)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", args.http_addr))?;
-    let admin_listener = match args.admin_addr {
+    let admin_listener = match &args.admin_addr {
         Some(addr) => Some(
-            TcpListener::bind(addr)
+            addr.bind(mode)
                 .await
                 .with_context(|| format!("cannot listen for operators on {addr}"))?,
         ),
         None => None,
     };
-    let admin = admin_listener
-        .as_ref()
-        .map(|l| l.local_addr())
-        .transpose()?;
-    tracing::info!(grpc = %grpc_listener.local_addr()?, http = %http_listener.local_addr()?, admin = ?admin, workers = args.workers, "listening");
+    let admin = admin_listener.as_ref().map(Bound::local).transpose()?;
+    tracing::info!(grpc = %grpc_listener.local()?, http = %http_listener.local()?, admin = ?admin.as_ref().map(ToString::to_string), workers = args.workers, "listening");
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)

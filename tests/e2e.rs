@@ -223,27 +223,11 @@ fn envoy_calls_slidegate_over_mutual_tls_and_refused_envoys_get_no_answers() {
         return;
     };
     let dir = test_dir("envoy_mutual_tls");
-    let write = |name: &str, pem: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, pem).expect("write PEM");
-        path
-    };
+    let write = |name: &str, pem: &str| write_pem(&dir, name, pem);
     let ca = Ca::new("mesh CA");
-    let server = ca.server();
-    let (cert, key) = (write("sg.crt", &server.cert), write("sg.key", &server.key));
     let client_ca = write("ca.crt", &ca.pem);
     let envoy_id = "spiffe://cluster.local/ns/edge/sa/envoy";
-    let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
-    let flags = [
-        "--tls-cert-file".to_string(),
-        path(&cert),
-        "--tls-key-file".to_string(),
-        path(&key),
-        "--tls-client-ca-file".to_string(),
-        path(&client_ca),
-        "--tls-client-san".to_string(),
-        envoy_id.to_string(),
-    ];
+    let flags = mutual_tls_flags(&dir, &ca, envoy_id);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let upstream = Upstream::start();
     let slidegate = Slidegate::start_tls(&dir, &default_config(), "sg", &flags);
@@ -251,23 +235,21 @@ fn envoy_calls_slidegate_over_mutual_tls_and_refused_envoys_get_no_answers() {
         let cert = write(&format!("{name}.crt"), &client.cert);
         let key = write(&format!("{name}.key"), &client.key);
         let socket = upstream_tls(&cert, &key, &client_ca);
-        let ports = [slidegate.grpc_port];
-        Envoy::start_with(&envoy_bin, &dir, &ports, upstream.port, name, Some(&socket))
+        let endpoints = tcp_endpoints(&[slidegate.grpc_port]);
+        Envoy::start_with(
+            &envoy_bin,
+            &dir,
+            &endpoints,
+            upstream.port,
+            name,
+            Some(&socket),
+        )
     };
 
     let trusted = ca.client(envoy_id);
     let envoy = envoy_with("envoy", &trusted);
     let alice = [("x-user-id", "alice")];
-    for i in 0..2 {
-        let r = http_get(envoy.port, "/hello", &alice);
-        assert_eq!(r.status, 200, "request {i}: {r:?}");
-        assert!(
-            r.header("x-ratelimit-remaining").is_some(),
-            "no answer from slidegate: {r:?}"
-        );
-    }
-    let denied = http_get(envoy.port, "/hello", &alice);
-    assert_eq!(denied.status, 429, "{denied:?}");
+    let denied = answered_twice_then_denied(envoy.port, "x-ratelimit-remaining");
     assert_eq!(denied.header("x-envoy-ratelimited"), Some("true"));
 
     let refused = [
@@ -304,6 +286,61 @@ fn envoy_calls_slidegate_over_mutual_tls_and_refused_envoys_get_no_answers() {
         });
         assert!(counted, "{name}: {series} not counted");
     }
+}
+
+/// Envoy calling slidegate over a Unix domain socket (a `pipe` address, see OPERATIONS'
+/// *Unix domain sockets*): the decisions arrive as over TCP, 200, 200, then 429.
+#[test]
+fn envoy_calls_slidegate_over_a_unix_socket() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let dir = test_dir("envoy_unix_socket");
+    let socket = dir.join("grpc.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .arg("serve")
+        .arg("--config")
+        .arg(default_config())
+        .arg("--grpc-addr")
+        .arg(format!("unix:{}", socket.display()))
+        .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
+        .env_remove("SLIDEGATE_GRPC_ADDR")
+        .env_remove("SLIDEGATE_HTTP_ADDR")
+        .stdout(Stdio::null())
+        .stderr(log_file(&dir, "sg"))
+        .spawn()
+        .expect("spawn slidegate");
+    let _slidegate = KillOnDrop(child);
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        }),
+        "slidegate did not listen on {}",
+        socket.display()
+    );
+    let upstream = Upstream::start();
+    let pipe = [format!("{{ pipe: {{ path: {} }} }}", socket.display())];
+    let envoy = Envoy::start_with(&envoy_bin, &dir, &pipe, upstream.port, "envoy", None);
+
+    answered_twice_then_denied(envoy.port, "x-ratelimit-remaining");
+}
+
+/// Alice's `/hello` through the proxy on `port` under the default rules (2 a window): two 200s
+/// carrying slidegate's `answer_header` (so slidegate answered, not a fail-open), then a 429,
+/// which is returned.
+fn answered_twice_then_denied(port: u16, answer_header: &str) -> Response {
+    let alice = [("x-user-id", "alice")];
+    for i in 0..2 {
+        let r = http_get(port, "/hello", &alice);
+        assert_eq!(r.status, 200, "request {i}: {r:?}");
+        assert!(
+            r.header(answer_header).is_some(),
+            "request {i}: no answer from slidegate: {r:?}"
+        );
+    }
+    let denied = http_get(port, "/hello", &alice);
+    assert_eq!(denied.status, 429, "{denied:?}");
+    denied
 }
 
 /// Two replicas behind one Envoy cluster, sharing one Redis, enforce one limit exactly: with a
@@ -468,6 +505,44 @@ fn nginx_auth_request_answers_429_with_retry_after() {
         r.status, 200,
         "nginx must fail open without slidegate: {r:?}"
     );
+}
+
+/// nginx's auth_request to /check over mutual TLS (the lines OPERATIONS' TLS section gives):
+/// nginx verifies slidegate's certificate against a private CA and presents its own, which
+/// slidegate requires; the decisions are the same as in plaintext: 200, 200, then 429.
+#[test]
+fn nginx_auth_request_checks_over_mutual_tls() {
+    let Some(nginx) = require_program("nginx") else {
+        return;
+    };
+    let dir = test_dir("nginx_tls");
+    let ca = Ca::new("mesh CA");
+    let nginx_id = "spiffe://cluster.local/ns/edge/sa/nginx";
+    let client = ca.client(nginx_id);
+    let client_cert = write_pem(&dir, "nginx.crt", &client.cert);
+    let client_key = write_pem(&dir, "nginx.key", &client.key);
+    let ca_file = write_pem(&dir, "ca.crt", &ca.pem);
+    let flags = mutual_tls_flags(&dir, &ca, nginx_id);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start_tls(&dir, &default_config(), "sg", &flags);
+    let over_tls = format!(
+        "proxy_pass https://slidegate/check;
+            proxy_ssl_trusted_certificate {};
+            proxy_ssl_verify on;
+            proxy_ssl_name localhost;
+            proxy_ssl_certificate {};
+            proxy_ssl_certificate_key {};
+            proxy_ssl_session_reuse on;",
+        ca_file.display(),
+        client_cert.display(),
+        client_key.display()
+    );
+    let extra = [("proxy_pass http://slidegate/check;", over_tls)];
+    let nginx = Nginx::start_with(&nginx, &dir, slidegate.http_port, upstream.port, &extra);
+
+    let denied = answered_twice_then_denied(nginx.port, "ratelimit-remaining");
+    assert!(denied.header("retry-after").is_some(), "{denied:?}");
 }
 
 /// Through examples/nginx.conf, every spelling of one path shares one counter: nginx's
@@ -833,15 +908,17 @@ impl Envoy {
     /// Starts Envoy in front of `upstream` with one `ratelimit` endpoint per gRPC port;
     /// waits until its admin /ready says LIVE.
     fn start(program: &Path, dir: &Path, grpc_ports: &[u16], upstream: u16) -> Envoy {
-        Envoy::start_with(program, dir, grpc_ports, upstream, "envoy", None)
+        let endpoints = tcp_endpoints(grpc_ports);
+        Envoy::start_with(program, dir, &endpoints, upstream, "envoy", None)
     }
 
-    /// [`Envoy::start`] named `name` (its config and log files), with `transport_socket` (YAML
-    /// at the cluster's indentation) added to the `ratelimit` cluster.
+    /// [`Envoy::start`] with the `ratelimit` endpoints' `addresses` (Envoy's YAML: a
+    /// `socket_address` or a `pipe`), named `name` (its config and log files), with
+    /// `transport_socket` (YAML at the cluster's indentation) added to the `ratelimit` cluster.
     fn start_with(
         program: &Path,
         dir: &Path,
-        grpc_ports: &[u16],
+        addresses: &[String],
         upstream: u16,
         name: &str,
         transport_socket: Option<&str>,
@@ -854,9 +931,9 @@ impl Envoy {
             .lines()
             .find(|l| l.contains("- endpoint:") && l.contains("port_value: 8081"))
             .expect("examples/envoy.yaml: no ratelimit endpoint on port 8081");
-        let endpoints = grpc_ports
+        let endpoints = addresses
             .iter()
-            .map(|p| endpoint_line.replace("port_value: 8081", &format!("port_value: {p}")))
+            .map(|a| endpoint_line.replace(EXAMPLE_RATELIMIT_ADDRESS, a))
             .collect::<Vec<_>>()
             .join("\n");
         let config = rewrite(
@@ -917,6 +994,18 @@ impl Envoy {
 }
 
 /// The start of the `ratelimit` cluster in examples/envoy.yaml, where a transport socket goes.
+/// The `ratelimit` endpoint's address in examples/envoy.yaml.
+const EXAMPLE_RATELIMIT_ADDRESS: &str =
+    "{ socket_address: { address: 127.0.0.1, port_value: 8081 } }";
+
+/// Envoy addresses for slidegate's gRPC `ports` on 127.0.0.1.
+fn tcp_endpoints(ports: &[u16]) -> Vec<String> {
+    ports
+        .iter()
+        .map(|p| format!("{{ socket_address: {{ address: 127.0.0.1, port_value: {p} }} }}"))
+        .collect()
+}
+
 const RATELIMIT_CLUSTER: &str = "  - name: ratelimit\n    type: STATIC\n";
 
 /// The `ratelimit` cluster's transport socket for mutual TLS: Envoy presents `cert`/`key`,
@@ -945,6 +1034,30 @@ fn upstream_tls(cert: &Path, key: &Path, ca: &Path) -> String {
     )
 }
 
+/// Writes `pem` as `name` in `dir`.
+fn write_pem(dir: &Path, name: &str, pem: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, pem).expect("write PEM");
+    path
+}
+
+/// slidegate's flags for mutual TLS: a `localhost` certificate from `ca`, clients required to
+/// present a certificate from `ca` for `client_san`.
+fn mutual_tls_flags(dir: &Path, ca: &Ca, client_san: &str) -> Vec<String> {
+    let server = ca.server();
+    let path = |name: &str, pem: &str| write_pem(dir, name, pem).display().to_string();
+    vec![
+        "--tls-cert-file".to_string(),
+        path("sg.crt", &server.cert),
+        "--tls-key-file".to_string(),
+        path("sg.key", &server.key),
+        "--tls-client-ca-file".to_string(),
+        path("ca.crt", &ca.pem),
+        "--tls-client-san".to_string(),
+        client_san.to_string(),
+    ]
+}
+
 /// A running nginx with examples/nginx.conf, its ports rewritten.
 struct Nginx {
     port: u16,
@@ -955,28 +1068,38 @@ impl Nginx {
     /// Starts nginx in front of `upstream`, checking with slidegate on `check_port`; waits until
     /// it accepts connections.
     fn start(program: &Path, dir: &Path, check_port: u16, upstream: u16) -> Nginx {
+        Nginx::start_with(program, dir, check_port, upstream, &[])
+    }
+
+    /// Like `start`, with `extra` textual rewrites of the example (e.g. the check over TLS).
+    fn start_with(
+        program: &Path,
+        dir: &Path,
+        check_port: u16,
+        upstream: u16,
+        extra: &[(&str, String)],
+    ) -> Nginx {
         let port = free_port();
-        let conf = rewrite(
-            &read_example("nginx.conf"),
-            &[
-                (
-                    "listen 127.0.0.1:8888;",
-                    format!("listen 127.0.0.1:{port};"),
-                ),
-                (
-                    "server 127.0.0.1:8080;",
-                    format!("server 127.0.0.1:{check_port};"),
-                ),
-                (
-                    "server 127.0.0.1:8000;",
-                    format!("server 127.0.0.1:{upstream};"),
-                ),
-                (
-                    "proxy_read_timeout    100ms;",
-                    "proxy_read_timeout    2s;".to_string(),
-                ),
-            ],
-        );
+        let mut pairs = vec![
+            (
+                "listen 127.0.0.1:8888;",
+                format!("listen 127.0.0.1:{port};"),
+            ),
+            (
+                "server 127.0.0.1:8080;",
+                format!("server 127.0.0.1:{check_port};"),
+            ),
+            (
+                "server 127.0.0.1:8000;",
+                format!("server 127.0.0.1:{upstream};"),
+            ),
+            (
+                "proxy_read_timeout    100ms;",
+                "proxy_read_timeout    2s;".to_string(),
+            ),
+        ];
+        pairs.extend(extra.iter().cloned());
+        let conf = rewrite(&read_example("nginx.conf"), &pairs);
         let conf_path = dir.join("nginx.conf");
         std::fs::write(&conf_path, conf).expect("write nginx.conf");
         let prefix = dir.join("nginx");

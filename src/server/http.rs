@@ -51,8 +51,8 @@ pub async fn serve(
         tokio::select! {
             () = &mut stopping => break,
             handoff = handoffs.recv(), if open => match handoff {
-                Some((stream, ticket)) => {
-                    let Some((io, peer)) = take_over(stream) else { continue };
+                Some((stream, peer, ticket)) => {
+                    let Some(io) = take_over(stream) else { continue };
                     let tls = tls.clone();
                     let connection = Connection {
                         builder: builder.clone(),

@@ -8,12 +8,12 @@
 //! or memory.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::socket::PeerKey;
 use crate::metrics::Metrics;
 
 /// File descriptors kept for everything that is not a client connection (Redis connections, the
@@ -114,7 +114,7 @@ pub struct Admission {
 #[derive(Debug, Default)]
 struct Open {
     total: usize,
-    per_peer: HashMap<IpAddr, usize>,
+    per_peer: HashMap<PeerKey, usize>,
 }
 
 impl Admission {
@@ -129,7 +129,7 @@ impl Admission {
 
     /// A ticket for one more connection from `peer`, held for the connection's life; or why
     /// not (counted in `slidegate_connections_refused_total` under `listener`).
-    pub fn admit(self: &Arc<Self>, peer: IpAddr, listener: &str) -> Result<Ticket, Refusal> {
+    pub fn admit(self: &Arc<Self>, peer: PeerKey, listener: &str) -> Result<Ticket, Refusal> {
         let refused = {
             let mut open = self.open.lock();
             let from_peer = open.per_peer.get(&peer).copied().unwrap_or(0);
@@ -155,7 +155,7 @@ impl Admission {
         }
     }
 
-    fn release(&self, peer: IpAddr) {
+    fn release(&self, peer: PeerKey) {
         let mut open = self.open.lock();
         open.total = open.total.saturating_sub(1);
         if let Some(count) = open.per_peer.get_mut(&peer) {
@@ -171,7 +171,7 @@ impl Admission {
 #[derive(Debug)]
 pub struct Ticket {
     admission: Arc<Admission>,
-    peer: IpAddr,
+    peer: PeerKey,
 }
 
 impl Drop for Ticket {
@@ -202,8 +202,8 @@ mod tests {
             ..ServerLimits::default()
         };
         let admission = Admission::new(&limits, Arc::new(Metrics::new()));
-        let a: IpAddr = [10, 0, 0, 1].into();
-        let b: IpAddr = [10, 0, 0, 2].into();
+        let a = PeerKey::Ip([10, 0, 0, 1].into());
+        let b = PeerKey::Process(Some(42));
         let first = admission.admit(a, "grpc").expect("first");
         let _second = admission.admit(a, "grpc").expect("second");
         assert_eq!(

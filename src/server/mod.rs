@@ -21,11 +21,9 @@
 //! connections to the timeouts there, and reads the decrypted bytes through [`flood::Metered`].
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -34,6 +32,7 @@ pub mod flood;
 pub mod grpc;
 mod http;
 pub mod limits;
+pub mod socket;
 mod throttle;
 pub mod tls;
 
@@ -41,6 +40,7 @@ use crate::metrics::Metrics;
 use flood::Metered;
 use grpc::{GrpcApp, Serving};
 use limits::{Admission, ServerLimits, Ticket};
+use socket::{Bound, Conn, Io, Peer};
 use throttle::Throttle;
 use tls::{Listener, Tls};
 
@@ -55,13 +55,13 @@ pub struct Apps {
 
 /// The bound listeners: gRPC, HTTP and the optional operator listener.
 pub struct Listeners {
-    pub grpc: TcpListener,
-    pub http: TcpListener,
-    pub admin: Option<TcpListener>,
+    pub grpc: Bound,
+    pub http: Bound,
+    pub admin: Option<Bound>,
 }
 
 /// A connection on its way from an acceptor to a worker, with its place under the caps.
-type Handoff = (std::net::TcpStream, Ticket);
+type Handoff = (Conn, Peer, Ticket);
 
 /// The running workers.
 pub struct Workers {
@@ -160,7 +160,7 @@ impl Workers {
 
 /// One listener and the caps its connections are admitted under.
 struct Acceptor {
-    listener: TcpListener,
+    listener: Bound,
     /// `grpc` or `http`, for the metric of refusals.
     name: &'static str,
     admission: Arc<Admission>,
@@ -191,7 +191,7 @@ impl Acceptor {
                     continue;
                 }
             };
-            let ticket = match self.admission.admit(peer.ip(), self.name) {
+            let ticket = match self.admission.admit(peer.key(), self.name) {
                 Ok(ticket) => ticket,
                 Err(refusal) => {
                     if let Some(left_out) = REFUSED.admit() {
@@ -200,15 +200,8 @@ impl Acceptor {
                     continue;
                 }
             };
-            let stream = match prepare(stream) {
-                Ok(stream) => stream,
-                Err(error) => {
-                    tracing::debug!(%error, "cannot prepare a connection");
-                    continue;
-                }
-            };
             if workers[next % workers.len()]
-                .send((stream, ticket))
+                .send((stream, peer, ticket))
                 .is_err()
             {
                 return; // The worker is gone: the process is stopping.
@@ -218,19 +211,12 @@ impl Acceptor {
     }
 }
 
-/// Detaches an accepted stream from this runtime so that a worker's runtime can own it.
-fn prepare(stream: TcpStream) -> io::Result<std::net::TcpStream> {
-    // Envoy waits on every call: do not let Nagle hold small responses back.
-    stream.set_nodelay(true)?;
-    stream.into_std()
-}
-
 /// A connection handed over by an acceptor, on this worker's runtime; a connection the client
 /// reset meanwhile is only counted (one aggregated warning per interval, see [`throttle`]).
-fn take_over(stream: std::net::TcpStream) -> Option<(TcpStream, SocketAddr)> {
+fn take_over(conn: Conn) -> Option<Io> {
     static LOST: Throttle = Throttle::new();
-    match TcpStream::from_std(stream).and_then(|s| Ok((s.peer_addr()?, s))) {
-        Ok((peer, stream)) => Some((stream, peer)),
+    match conn.into_io() {
+        Ok(io) => Some(io),
         Err(error) => {
             if let Some(left_out) = LOST.admit() {
                 tracing::warn!(%error, lost_before = left_out, "cannot take over a connection (reset by its client?)");
@@ -322,8 +308,8 @@ async fn serve_grpc(
         tokio::select! {
             () = &mut stopping => break,
             handoff = handoffs.recv(), if open => match handoff {
-                Some((stream, ticket)) => {
-                    let Some((io, peer)) = take_over(stream) else { continue };
+                Some((stream, peer, ticket)) => {
+                    let Some(io) = take_over(stream) else { continue };
                     let (app, serving, tls) = (app.clone(), serving.clone(), tls.clone());
                     connections.spawn(async move {
                         let timeout = serving.limits.handshake_timeout;

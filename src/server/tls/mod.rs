@@ -14,22 +14,18 @@
 //! connections keep the session they negotiated.
 
 use std::io;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::CertificateError;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 pub mod material;
 pub mod rotate;
 
+use super::socket::{Io, Peer};
 use super::throttle::Throttle;
 use crate::metrics::Metrics;
 pub use material::{Material, TlsError, TlsFiles};
@@ -82,8 +78,8 @@ impl Tls {
     /// client is refused or does not finish in time.
     pub async fn accept(
         &self,
-        io: TcpStream,
-        peer: SocketAddr,
+        io: Io,
+        peer: Peer,
         listener: Listener,
         timeout: Duration,
     ) -> Option<Stream> {
@@ -181,74 +177,18 @@ fn reason(error: &rustls::Error) -> &'static str {
 /// An enum rather than a boxed trait object: a plaintext connection pays one branch per read
 /// and write, and vectored writes (one `writev` for a round of answers) pass through.
 pub enum Stream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Plain(Io),
+    Tls(Box<TlsStream<Io>>),
 }
 
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            Stream::Tls(io) => Pin::new(io).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            Stream::Tls(io) => Pin::new(io).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
-            Stream::Tls(io) => Pin::new(io).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Plain(io) => io.is_write_vectored(),
-            Stream::Tls(io) => io.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_flush(cx),
-            Stream::Tls(io) => Pin::new(io).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            Stream::Tls(io) => Pin::new(io).poll_shutdown(cx),
-        }
-    }
-}
+super::socket::delegate_io!(Stream { Plain, Tls });
 
 /// A connection as the servers get it: through TLS when `tls` covers `listener`, else as it
 /// came.
 pub async fn secure(
     tls: Option<&Tls>,
-    io: TcpStream,
-    peer: SocketAddr,
+    io: Io,
+    peer: Peer,
     listener: Listener,
     timeout: Duration,
 ) -> Option<Stream> {
