@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use support::{
-    Ca, KillOnDrop, RedisServer, free_port, https_get, metric_value, require_program, run_ok,
-    wait_until,
+    Ca, KillOnDrop, RedisServer, envoy_program, free_port, https_get, metric_value,
+    require_program, run_ok, wait_until,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1130,18 +1130,6 @@ impl Nginx {
             _process: process,
         }
     }
-}
-
-/// Envoy: `$SLIDEGATE_ENVOY`, else `.venv/bin/envoy` of this checkout, else `envoy` on PATH.
-fn envoy_program() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("SLIDEGATE_ENVOY") {
-        return require_program(&path.to_string_lossy());
-    }
-    let venv = repo_file(".venv/bin/envoy");
-    if venv.exists() {
-        return Some(venv);
-    }
-    require_program("envoy")
 }
 
 /// The demo upstream: answers every request with 200 "hello from the upstream\n" (keep-alive).

@@ -19,7 +19,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_yaml::Value;
-use support::{KillOnDrop, free_port, http_get, require_program, slidegate_command, wait_until};
+use support::{
+    KillOnDrop, envoy_program, free_port, http_get, require_program, slidegate_command, wait_until,
+};
 
 const BASE: &str = "deploy/kubernetes/base";
 const REDIS_OVERLAY: &str = "deploy/kubernetes/overlays/redis";
@@ -294,17 +296,6 @@ fn check(port: u16, descriptor: &str) -> u16 {
         .nth(1)
         .and_then(|status| status.parse().ok())
         .unwrap_or(0)
-}
-
-fn envoy_program() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("SLIDEGATE_ENVOY") {
-        return require_program(&path.to_string_lossy());
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/envoy");
-    if venv.exists() {
-        return Some(venv);
-    }
-    require_program("envoy")
 }
 
 /// The `value` of the patch applied to `applies_to` in one of the EnvoyFilters.

@@ -210,6 +210,11 @@ fn slidegate(control_plane: &ControlPlane, extra: &[&str]) -> Slidegate {
     Slidegate::start_without_config(&args)
 }
 
+/// The CA, client certificate and key files of `ca`, as arguments.
+fn tls_files(ca: &support::TestCa) -> [String; 3] {
+    [&ca.ca_file, &ca.cert_file, &ca.key_file].map(|p| p.to_string_lossy().into_owned())
+}
+
 /// The decision for one request `{key: "x"}` in `domain`.
 async fn decide(server: &Slidegate, domain: &str, key: &str) -> Code {
     let mut client = server.client().await;
@@ -459,9 +464,7 @@ async fn rules_arrive_over_mutual_tls() {
     let mut control_plane = ControlPlane::start_mtls(&ca).await;
     // As Envoy Gateway configures it: `host:port`, TLS because TLS files are given.
     let address = format!("127.0.0.1:{}", control_plane.port);
-    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
-    let (ca_file, cert_file, key_file) =
-        (path(&ca.ca_file), path(&ca.cert_file), path(&ca.key_file));
+    let [ca_file, cert_file, key_file] = tls_files(&ca);
     let server = Slidegate::start_without_config(&[
         "--xds-server",
         &address,
@@ -493,9 +496,7 @@ async fn envoy_gateway_environment_brings_rules_over_xds() {
     let ca = support::TestCa::new();
     let mut control_plane = ControlPlane::start_mtls(&ca).await;
     let address = format!("127.0.0.1:{}", control_plane.port);
-    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
-    let (ca_file, cert_file, key_file) =
-        (path(&ca.ca_file), path(&ca.cert_file), path(&ca.key_file));
+    let [ca_file, cert_file, key_file] = tls_files(&ca);
     let env = [
         ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
         ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),

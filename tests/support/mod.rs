@@ -32,6 +32,19 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// The Envoy binary: `$SLIDEGATE_ENVOY`, else the project's `.venv/bin/envoy` (which
+/// `scripts/test` installs), else `envoy` on the PATH; as [`require_program`] when none is found.
+pub fn envoy_program() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SLIDEGATE_ENVOY") {
+        return require_program(&path.to_string_lossy());
+    }
+    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/envoy");
+    if venv.exists() {
+        return Some(venv);
+    }
+    require_program("envoy")
+}
+
 /// Finds a program on PATH (or at an absolute path). `None` means: skip this test. In CI a missing
 /// program panics, so the run fails instead of passing with the test skipped.
 pub fn require_program(name: &str) -> Option<PathBuf> {
