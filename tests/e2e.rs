@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use support::{
-    Ca, KillOnDrop, RedisServer, envoy_program, free_port, https_get, metric_value,
-    require_program, run_ok, wait_until,
+    Ca, KillOnDrop, RedisServer, envoy_program, free_port, metric_value, require_program, run_ok,
+    wait_until,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -281,8 +281,8 @@ fn envoy_calls_slidegate_over_mutual_tls_and_refused_envoys_get_no_answers() {
             "slidegate_tls_handshake_failures_total{{listener=\"grpc\",reason=\"{reason}\"}}"
         );
         let counted = wait_until(Duration::from_secs(10), || {
-            https_get(slidegate.http_port, &ca.pem, &trusted, "/metrics")
-                .is_ok_and(|(_, text)| metric_value(&text, &series) >= 1.0)
+            try_http(slidegate.admin_port, "GET", "/metrics", &[], "")
+                .is_ok_and(|r| metric_value(&r.body, &series) >= 1.0)
         });
         assert!(counted, "{name}: {series} not counted");
     }
@@ -304,6 +304,7 @@ fn envoy_calls_slidegate_over_a_unix_socket() {
         .arg("--grpc-addr")
         .arg(format!("unix:{}", socket.display()))
         .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
         .env_remove("SLIDEGATE_GRPC_ADDR")
         .env_remove("SLIDEGATE_HTTP_ADDR")
         .stdout(Stdio::null())
@@ -641,8 +642,8 @@ fn prometheus_scrapes_decisions() {
         &[
             ("scrape_interval: 15s", "scrape_interval: 1s".to_string()),
             (
-                "127.0.0.1:8080",
-                format!("127.0.0.1:{}", slidegate.http_port),
+                "127.0.0.1:6070",
+                format!("127.0.0.1:{}", slidegate.admin_port),
             ),
         ],
     );
@@ -820,6 +821,8 @@ fn grafana_dashboard_is_valid() {
 struct Slidegate {
     http_port: u16,
     grpc_port: u16,
+    /// The operator listener: `/metrics`, `/rlconfig`.
+    admin_port: u16,
     process: Option<KillOnDrop>,
 }
 
@@ -853,13 +856,15 @@ impl Slidegate {
     ) -> Slidegate {
         let http_port = free_port();
         let grpc_port = free_port();
+        let admin_port = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
         command
             .arg("serve")
             .arg("--config")
             .arg(config)
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-            .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")]);
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")]);
         if let Some(url) = redis_url {
             command.args(["--redis-url", url]);
         }
@@ -887,6 +892,7 @@ impl Slidegate {
         Slidegate {
             http_port,
             grpc_port,
+            admin_port,
             process: Some(process),
         }
     }

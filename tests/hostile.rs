@@ -1621,6 +1621,7 @@ async fn redis_passwords_never_leak() {
             .arg(rules.path())
             .args(&redis_args)
             .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(["--admin-addr", "127.0.0.1:0"])
             .args(["--log-level", "trace"])
             .env_remove("RUST_LOG")
             .output()

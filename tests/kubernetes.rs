@@ -167,6 +167,20 @@ fn manifests_build_validate_and_match_what_the_binary_serves() {
     };
     assert_eq!(port_of("http"), default_port("--http-addr"));
     assert_eq!(port_of("grpc"), default_port("--grpc-addr"));
+    // The operator listener's address comes from the container's environment (its default
+    // binds only the loopback interface, which Prometheus and the kubelet cannot reach).
+    let admin_addr = container["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .find(|v| v["name"].as_str() == Some("SLIDEGATE_ADMIN_ADDR"))
+        .and_then(|v| v["value"].as_str())
+        .expect("SLIDEGATE_ADMIN_ADDR in the container's environment");
+    assert_eq!(
+        admin_addr,
+        format!("0.0.0.0:{}", port_of("admin")),
+        "the operator listener on the pod's address, at the container port `admin`"
+    );
 
     // Services reach the named ports; the PDB and the Services select the pods.
     for service in ["slidegate", "slidegate-headless"] {
@@ -223,12 +237,13 @@ fn manifests_build_validate_and_match_what_the_binary_serves() {
         .into_iter()
         .map(|arg| arg.replace(mount, &mounted.to_string_lossy()))
         .collect();
-    let (http, grpc) = (free_port(), free_port());
+    let (http, grpc, admin) = (free_port(), free_port(), free_port());
     let mut command = slidegate_command();
     command
         .args(&args)
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -240,6 +255,7 @@ fn manifests_build_validate_and_match_what_the_binary_serves() {
     let mapped = |name: &str| match name {
         "http" => http,
         "grpc" => grpc,
+        "admin" => admin,
         other => panic!("probe on unknown port {other}"),
     };
     let up = wait_until(Duration::from_secs(30), || {
@@ -262,9 +278,9 @@ fn manifests_build_validate_and_match_what_the_binary_serves() {
         .as_str()
         .and_then(|p| p.parse().ok())
         .expect("prometheus.io/port");
-    assert_eq!(scrape_port, port_of("http"));
+    assert_eq!(scrape_port, port_of("admin"));
     let path = annotations["prometheus.io/path"].as_str().expect("path");
-    let (status, metrics) = http_get(http, path);
+    let (status, metrics) = http_get(admin, path);
     assert_eq!(status, 200);
     assert!(metrics.contains("slidegate_"), "{metrics}");
 

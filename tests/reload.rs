@@ -404,6 +404,10 @@ fn sighup_during_start_up_does_not_kill() {
                 &format!("127.0.0.1:{}", support::free_port()),
             ])
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+            .args([
+                "--admin-addr",
+                &format!("127.0.0.1:{}", support::free_port()),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).expect("log"))

@@ -1126,6 +1126,7 @@ fn serve_refuses_to_start_with_bad_rules() {
         .arg(dir.path())
         .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
         .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
         .output()
         .expect("run");
     assert!(!out.status.success());
@@ -1605,19 +1606,18 @@ async fn unknown_method_is_unimplemented_and_large_requests_decode() {
     assert_eq!(response.statuses.len(), 8);
 }
 
-/// With `--admin-addr`, the rules and the metrics are served only on the operator listener: a
+/// The rules and the metrics are served only on the operator listener (`--admin-addr`): a
 /// client of the HTTP port reaches `/json`, `/check` and `/healthcheck`, and gets 404 for
 /// `/metrics` and `/rlconfig`; the operator listener serves those (and `/healthcheck`) and
 /// nothing that spends quota.
 #[test]
-fn the_operator_listener_takes_metrics_and_rules_off_the_data_port() {
+fn the_operator_listener_keeps_metrics_and_rules_off_the_data_port() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rules = dir.path().join("rules.yaml");
     std::fs::write(&rules, RULES).expect("rules");
-    let admin_port = free_port();
-    let admin_addr = format!("127.0.0.1:{admin_port}");
-    let server = Slidegate::start(&rules, &["--admin-addr", &admin_addr]);
-    let admin = |path: &str| support::http_get(admin_port, path);
+    let server = Slidegate::start(&rules, &[]);
+    let admin = |path: &str| support::http_get(server.admin_port, path);
+    let data = |path: &str| support::http_get(server.http_port, path);
     assert!(
         wait_until(Duration::from_secs(10), || admin("/healthcheck").0 == 200),
         "operator listener: {}",
@@ -1632,8 +1632,8 @@ fn the_operator_listener_takes_metrics_and_rules_off_the_data_port() {
         404,
         "the operator listener spends no quota"
     );
-    assert_eq!(server.get("/metrics").0, 404, "metrics on the data port");
-    assert_eq!(server.get("/rlconfig").0, 404, "rules on the data port");
-    assert_eq!(server.get("/healthcheck").0, 200);
-    assert_ne!(server.get("/check").0, 404, "/check on the data port");
+    assert_eq!(data("/metrics").0, 404, "metrics on the data port");
+    assert_eq!(data("/rlconfig").0, 404, "rules on the data port");
+    assert_eq!(data("/healthcheck").0, 200);
+    assert_ne!(data("/check").0, 404, "/check on the data port");
 }

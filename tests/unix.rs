@@ -43,6 +43,8 @@ impl UnixSlidegate {
             .arg(format!("unix:{}", grpc.display()))
             .arg("--http-addr")
             .arg(format!("unix:{}", http.display()))
+            .arg("--admin-addr")
+            .arg(format!("unix:{}", http.with_extension("admin").display()))
             .args(args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"))
@@ -143,6 +145,8 @@ fn a_stale_socket_is_replaced_and_another_file_refused() {
         .arg(format!("unix:{}", dir.path().join("grpc.sock").display()))
         .arg("--http-addr")
         .arg(format!("unix:{}", precious.display()))
+        .arg("--admin-addr")
+        .arg(format!("unix:{}", dir.path().join("admin.sock").display()))
         .output()
         .expect("run slidegate");
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -531,6 +531,7 @@ fn rule_files_and_a_control_plane_together_are_refused() {
     let output = support::slidegate_command()
         .args(["serve", "--config", "config", "--xds-server", "127.0.0.1:1"])
         .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(["--admin-addr", "127.0.0.1:0"])
         .output()
         .expect("run slidegate");
     assert!(!output.status.success());
@@ -549,6 +550,10 @@ fn a_control_plane_overrides_slidegate_config_from_the_environment() {
         .args(["serve", "--xds-server", "127.0.0.1:1"])
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .args([
+            "--admin-addr",
+            &format!("127.0.0.1:{}", support::free_port()),
+        ])
         .env("SLIDEGATE_CONFIG", "config")
         .stderr(log)
         .spawn()

@@ -44,20 +44,20 @@ use socket::{Bound, Conn, Io, Peer};
 use throttle::Throttle;
 use tls::{Listener, Tls};
 
-/// What every worker serves: the gRPC services, the HTTP app and, with an operator listener,
-/// its app. Cloned once per worker.
+/// What every worker serves: the gRPC services, the HTTP app and the operator listener's app.
+/// Cloned once per worker.
 #[derive(Clone)]
 pub struct Apps {
     pub grpc: GrpcApp,
     pub http: axum::Router,
-    pub admin: Option<axum::Router>,
+    pub admin: axum::Router,
 }
 
-/// The bound listeners: gRPC, HTTP and the optional operator listener.
+/// The bound listeners: gRPC, HTTP and the operator listener.
 pub struct Listeners {
     pub grpc: Bound,
     pub http: Bound,
-    pub admin: Option<Bound>,
+    pub admin: Bound,
 }
 
 /// A connection on its way from an acceptor to a worker, with its place under the caps.
@@ -124,9 +124,7 @@ impl Workers {
         };
         tokio::spawn(acceptor(listeners.grpc, "grpc").run(grpc_handoffs, stop.clone()));
         tokio::spawn(acceptor(listeners.http, "http").run(http_handoffs, stop.clone()));
-        if let Some(admin) = listeners.admin {
-            tokio::spawn(acceptor(admin, "admin").run(admin_handoffs, stop));
-        }
+        tokio::spawn(acceptor(listeners.admin, "admin").run(admin_handoffs, stop));
         Ok(Workers { exited, count })
     }
 
@@ -280,11 +278,7 @@ impl Worker {
         // The operator listener is plaintext: it belongs on an address only operators reach.
         let (admin_app, admin_handoffs, limits) = (self.apps.admin, self.admin, &self.limits);
         let stop = self.stop;
-        let admin = async move {
-            if let Some(app) = admin_app {
-                http::serve(admin_handoffs, app, limits, None, stop, drain_over).await;
-            }
-        };
+        let admin = http::serve(admin_handoffs, admin_app, limits, None, stop, drain_over);
         let ((), (), ()) = tokio::join!(grpc, http, admin);
         "stopped".to_string()
     }

@@ -1,12 +1,14 @@
-//! The HTTP endpoints (axum):
+//! The HTTP endpoints (axum). The HTTP port ([`data_router`]) serves what clients call; the
+//! operator listener ([`admin_router`], `--admin-addr`) what operators read, so a client that may
+//! spend quota cannot read the rules or the metrics:
 //!
 //! - `POST /json`: [`super::json`] (envoyproxy/ratelimit-compatible JSON);
 //! - `/check` (any method): [`super::check`] (headers in, status code out; nginx, forward-auth);
-//! - `GET /healthcheck`: `200 OK` while serving (`OK: no rules loaded` without rules), `503`
-//!   otherwise (see [`super::health`]);
-//! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`), after
+//! - `GET /healthcheck` (both): `200 OK` while serving (`OK: no rules loaded` without rules),
+//!   `503` otherwise (see [`super::health`]);
+//! - `GET /rlconfig` (operator): the live rules, one per line (`domain path: limits; flags; source`), after
 //!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
-//! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
+//! - `GET /metrics` (operator): Prometheus text format (see [`crate::metrics`]).
 //!
 //! Request bodies over `--max-body-bytes` are refused with 413.
 
@@ -39,15 +41,7 @@ pub struct AppState {
     pub config_status: SharedStatus,
 }
 
-/// All HTTP routes, with the body limit: the HTTP port without an operator listener.
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    data_routes()
-        .merge(admin_routes())
-        .layer(DefaultBodyLimit::max(max_body_bytes))
-        .with_state(state)
-}
-
-/// The HTTP port beside an operator listener: `/json`, `/check` and `/healthcheck`.
+/// The HTTP port: `/json`, `/check` and `/healthcheck`.
 pub fn data_router(state: AppState, max_body_bytes: usize) -> Router {
     data_routes()
         .layer(DefaultBodyLimit::max(max_body_bytes))

@@ -421,6 +421,23 @@ impl TlsRedisCluster {
 // Added for tests/faults.rs and tests/hostile.rs: the slidegate binary as a process, a cluster
 // with replicas, process RSS and a dependency-free HTTP GET for polling.
 
+/// The operator listener's address when a test chose it (`--admin-addr`, `SLIDEGATE_ADMIN_ADDR`,
+/// or envoyproxy/ratelimit's `DEBUG_PORT`); otherwise [`Slidegate::launch`] picks a free port.
+fn given_admin_addr(args: &[&str], env: &[(&str, &str)]) -> Option<String> {
+    let flag = args
+        .iter()
+        .position(|a| *a == "--admin-addr")
+        .and_then(|i| args.get(i + 1))
+        .map(|a| a.to_string())
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("--admin-addr=").map(str::to_owned))
+        });
+    let var = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    flag.or_else(|| var("SLIDEGATE_ADMIN_ADDR").map(str::to_owned))
+        .or_else(|| var("DEBUG_PORT").map(|port| format!("127.0.0.1:{port}")))
+}
+
 /// The slidegate binary, without the `SLIDEGATE_*` and `RUST_LOG` variables of the environment
 /// running the tests (they would change its flags).
 pub fn slidegate_command() -> Command {
@@ -438,6 +455,9 @@ pub fn slidegate_command() -> Command {
 pub struct Slidegate {
     pub grpc_port: u16,
     pub http_port: u16,
+    /// The operator listener's port (`/metrics`, `/rlconfig`); 0 when the test gave it a Unix
+    /// socket.
+    pub admin_port: u16,
     pub process: KillOnDrop,
     /// Holds the log file.
     pub dir: tempfile::TempDir,
@@ -490,6 +510,17 @@ impl Slidegate {
         if let Some(config) = config {
             command.arg("--config").arg(config);
         }
+        let admin_port = match given_admin_addr(args, env) {
+            Some(addr) => addr
+                .rsplit_once(':')
+                .and_then(|(_, port)| port.parse().ok())
+                .unwrap_or(0),
+            None => {
+                let port = free_port();
+                command.args(["--admin-addr", &format!("127.0.0.1:{port}")]);
+                port
+            }
+        };
         command
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
@@ -502,6 +533,7 @@ impl Slidegate {
         let mut server = Slidegate {
             grpc_port,
             http_port,
+            admin_port,
             process,
             dir,
         };
@@ -525,9 +557,19 @@ impl Slidegate {
         self.process.pid()
     }
 
-    /// `http://127.0.0.1:HTTP_PORT{path}`.
+    /// The port that serves `path`: the operator listener's for `/metrics` and `/rlconfig`, the
+    /// HTTP port's for the rest.
+    pub fn port_for(&self, path: &str) -> u16 {
+        if path.starts_with("/metrics") || path.starts_with("/rlconfig") {
+            self.admin_port
+        } else {
+            self.http_port
+        }
+    }
+
+    /// `http://127.0.0.1:PORT{path}`, on the port that serves `path` ([`Slidegate::port_for`]).
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.http_port)
+        format!("http://127.0.0.1:{}{path}", self.port_for(path))
     }
 
     /// `http://127.0.0.1:GRPC_PORT`.
@@ -549,9 +591,10 @@ impl Slidegate {
         RateLimitServiceClient::new(self.channel().await)
     }
 
-    /// A blocking `GET path` on the HTTP port: (status, body); (0, "") on a connection error.
+    /// A blocking `GET path` on the port that serves it ([`Slidegate::port_for`]): (status, body);
+    /// (0, "") on a connection error.
     pub fn get(&self, path: &str) -> (u16, String) {
-        http_get(self.http_port, path)
+        http_get(self.port_for(path), path)
     }
 
     /// Sends a signal by name (`TERM`, `HUP`, ...).
