@@ -266,8 +266,9 @@ struct ServeArgs {
         default_value_t = 1024
     )]
     max_connections_per_peer: usize,
-    /// Time a new connection has to start: gRPC, the HTTP/2 preface; HTTP, each request's
-    /// headers (which also closes an HTTP/1.1 connection idle that long between requests).
+    /// Time a new connection has to start, counted from accept (a TLS handshake included):
+    /// gRPC, the HTTP/2 preface; HTTP, the first byte, then each request's headers (which also
+    /// closes an HTTP/1.1 connection idle that long between requests).
     #[arg(long, env = "SLIDEGATE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     handshake_timeout: Duration,
     /// A gRPC connection without calls in flight for this long is closed (GOAWAY); `0s` never.

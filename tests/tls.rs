@@ -383,7 +383,9 @@ async fn envoyproxy_ratelimit_tls_variables_secure_the_grpc_port_only() {
 }
 
 /// The limits every connection gets hold under TLS: a client that opens a connection and never
-/// finishes the handshake is closed at the handshake timeout (and counted), and a PING flood
+/// finishes the handshake is closed at the handshake timeout (and counted), one that finishes
+/// it late and sends nothing is closed at the same timeout counted from accept (not a second
+/// timeout after the TLS handshake), and a PING flood
 /// inside an mTLS session is cut off by the control-frame meter, which reads the decrypted
 /// stream; meanwhile an allowed client keeps getting answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -412,10 +414,35 @@ async fn stalled_handshakes_and_ping_floods_inside_tls_are_closed() {
         "--tls-client-ca-file",
         path_str(&client_ca),
         "--handshake-timeout",
-        "1s",
+        "2s",
     ];
     let slidegate = Slidegate::start(rules.path(), &flags);
     let port = slidegate.grpc_port;
+    let connector = tokio_rustls::TlsConnector::from(tls_client_config(&ca.pem, &client, b"h2"));
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+
+    // A handshake finished 1.5 s after connecting, then no HTTP/2 preface: closed 2 s after
+    // connecting (a second timeout after TLS would hold it to 3.5 s).
+    let connected = std::time::Instant::now();
+    let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut late = connector
+        .connect(name.clone(), socket)
+        .await
+        .expect("a late mTLS handshake within the timeout");
+    let mut buf = vec![0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while matches!(late.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    assert!(closed.is_ok(), "a connection without a preface stayed open");
+    let held = connected.elapsed();
+    assert!(
+        held < Duration::from_millis(3000),
+        "held {held:?}: the handshake timeout ran again after TLS"
+    );
 
     // A handshake that never completes: half a ClientHello, then silence.
     let mut stalled = tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -433,11 +460,9 @@ async fn stalled_handshakes_and_ping_floods_inside_tls_are_closed() {
     );
 
     // A PING flood inside an mTLS session.
-    let connector = tokio_rustls::TlsConnector::from(tls_client_config(&ca.pem, &client, b"h2"));
     let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect");
-    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
     let tls = connector
         .connect(name, socket)
         .await

@@ -142,8 +142,14 @@ struct Timing {
 }
 
 /// Serves one HTTP/2 connection until the client closes it, until it breaks a limit, or until
-/// `stop` (then it sends GOAWAY and finishes the calls in flight).
-pub async fn serve_connection<IO>(io: IO, app: GrpcApp, serving: Serving) -> Result<(), h2::Error>
+/// `stop` (then it sends GOAWAY and finishes the calls in flight). The client's preface must
+/// arrive by `preface_by` (the handshake timeout from accept, a TLS handshake included).
+pub async fn serve_connection<IO>(
+    io: IO,
+    app: GrpcApp,
+    serving: Serving,
+    preface_by: tokio::time::Instant,
+) -> Result<(), h2::Error>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
@@ -153,7 +159,7 @@ where
         drain_over: serving.drain_over,
     };
     let timing = Timing {
-        handshake: serving.limits.handshake_timeout,
+        handshake: preface_by.saturating_duration_since(tokio::time::Instant::now()),
         idle: serving.limits.idle_timeout,
         keepalive: serving.limits.keepalive_interval,
     };

@@ -62,10 +62,12 @@ pub async fn serve(
                         drain_over: drain_over.clone(),
                     };
                     connections.spawn(async move {
+                        // One handshake timeout from accept to the first byte, TLS included.
                         let timeout = connection.handshake_timeout;
+                        let first_byte_by = tokio::time::Instant::now() + timeout;
                         let secured = tls::secure(tls.as_deref(), io, peer, Listener::Http, timeout);
                         if let Some(io) = secured.await {
-                            connection.serve(io).await;
+                            connection.serve(io, first_byte_by).await;
                         }
                         drop(ticket);
                     });
@@ -90,13 +92,13 @@ struct Connection {
 
 impl Connection {
     /// Serves `io` until the client closes it; on `stop`, asks it to close; at `drain_over`,
-    /// closes it.
-    async fn serve(self, io: Stream) {
+    /// closes it. Closes it at once when no byte has come by `first_byte_by`.
+    async fn serve(self, io: Stream, first_byte_by: tokio::time::Instant) {
         // hyper has no timeout for the first byte (it waits for it to tell HTTP/1.1 from
         // HTTP/2): a client that sends nothing is closed here. Waiting on the decrypted stream
         // (not the socket) also covers bytes TLS read ahead with its handshake.
         let mut io = BufReader::with_capacity(FIRST_READ, io);
-        let started = tokio::time::timeout(self.handshake_timeout, io.fill_buf()).await;
+        let started = tokio::time::timeout_at(first_byte_by, io.fill_buf()).await;
         if !matches!(started, Ok(Ok(bytes)) if !bytes.is_empty()) {
             return;
         }

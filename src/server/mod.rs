@@ -306,10 +306,12 @@ async fn serve_grpc(
                     let Some(io) = take_over(stream) else { continue };
                     let (app, serving, tls) = (app.clone(), serving.clone(), tls.clone());
                     connections.spawn(async move {
+                        // One handshake timeout from accept to the HTTP/2 preface, TLS included.
                         let timeout = serving.limits.handshake_timeout;
+                        let preface_by = tokio::time::Instant::now() + timeout;
                         let secured = tls::secure(tls.as_deref(), io, peer, Listener::Grpc, timeout);
                         if let Some(io) = secured.await {
-                            let served = grpc::serve_connection(Metered::new(io), app, serving);
+                            let served = grpc::serve_connection(Metered::new(io), app, serving, preface_by);
                             if let Err(error) = served.await {
                                 tracing::debug!(%error, "gRPC connection ended");
                             }
