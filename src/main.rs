@@ -271,7 +271,8 @@ struct ServeArgs {
     /// closes an HTTP/1.1 connection idle that long between requests).
     #[arg(long, env = "SLIDEGATE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     handshake_timeout: Duration,
-    /// A gRPC connection without calls in flight for this long is closed (GOAWAY); `0s` never.
+    /// A connection without calls or requests in flight for this long is closed (GOAWAY on
+    /// HTTP/2), on every port; `0s` never.
     #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     idle_timeout: Duration,
     /// Time for a request's body to arrive: a gRPC call's message (else DEADLINE_EXCEEDED), an

@@ -1888,9 +1888,9 @@ async fn trickle(stream: &mut tokio::net::TcpStream, chunks: &[&[u8]], pause: Du
 /// per peer: of 300 connections that never send the HTTP/2 preface, 100 are refused at once
 /// (and counted in `slidegate_connections_refused_total`) and the rest closed within 3 s; an
 /// HTTP request trickling a header line every 300 ms, an idle HTTP/1.1 keep-alive connection, a
-/// body trickling a byte every 300 ms, an HTTP connection that sends nothing and an idle gRPC
-/// connection are all closed within 4 s
-/// (before: all stayed open). The normal client, connected first, is served throughout.
+/// body trickling a byte every 300 ms, an HTTP connection that sends nothing, an idle gRPC
+/// connection and an idle HTTP/2 connection to the HTTP port (one request, then only the
+/// keepalive PINGs it answers) are all closed within 4 s (before: all stayed open). The normal client, connected first, is served throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_slow_connections_are_closed_and_capped() {
     use tokio::io::AsyncWriteExt as _;
@@ -1954,12 +1954,35 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
     };
     let mut silent_http = connect(server.http_port).await;
     let silent_http = closed_within(&mut silent_http, Duration::from_secs(4));
+    // Connected before the flood below fills the cap, so the server's own goodbye (GOAWAY, a
+    // clean end) is what closes them, not a refusal at accept.
+    let grpc_io = connect(server.grpc_port).await;
+    let http2_io = connect(server.http_port).await;
     let idle_grpc = async {
-        let io = connect(server.grpc_port).await;
-        let (_sender, connection) = h2::client::handshake(io).await.expect("handshake");
-        tokio::time::timeout(Duration::from_secs(4), connection)
-            .await
-            .is_ok()
+        let (_sender, connection) = h2::client::handshake(grpc_io).await.expect("handshake");
+        let ended = tokio::time::timeout(Duration::from_secs(4), connection).await;
+        matches!(ended, Ok(Ok(())))
+    };
+    let idle_http2 = async {
+        let (sender, connection) = h2::client::handshake(http2_io).await.expect("handshake");
+        let mut connection = std::pin::pin!(connection);
+        // The client keeps a handle: h2 closes a client connection whose handles are all gone.
+        let _keep = sender.clone();
+        let request = async {
+            let mut sender = sender.ready().await.expect("ready");
+            let get = http::Request::get("http://x/healthcheck")
+                .body(())
+                .expect("request");
+            let (response, _) = sender.send_request(get, true).expect("send");
+            response.await.expect("response").status()
+        };
+        let status = tokio::select! {
+            status = request => status,
+            ended = connection.as_mut() => panic!("closed before the request was answered: {ended:?}"),
+        };
+        assert_eq!(status, 200, "GET /healthcheck over HTTP/2");
+        let ended = tokio::time::timeout(Duration::from_secs(4), connection).await;
+        matches!(ended, Ok(Ok(())))
     };
     // Then 300 connections that never send the preface.
     let mut silent = Vec::new();
@@ -1975,12 +1998,19 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
         }
         closed
     };
-    let (slow_headers, idle_keep_alive, slow_body, silent_http, idle_grpc, silent_closed) = tokio::join!(
+    let (
         slow_headers,
         idle_keep_alive,
         slow_body,
         silent_http,
-        idle_grpc,
+        (idle_grpc, idle_http2),
+        silent_closed,
+    ) = tokio::join!(
+        slow_headers,
+        idle_keep_alive,
+        slow_body,
+        silent_http,
+        async { tokio::join!(idle_grpc, idle_http2) },
         all_silent_closed
     );
     normal
@@ -1999,6 +2029,10 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
         "an HTTP connection that sends nothing is closed"
     );
     assert!(idle_grpc, "an idle gRPC connection is closed");
+    assert!(
+        idle_http2,
+        "an idle HTTP/2 connection to the HTTP port is closed"
+    );
     let (_, metrics) = server.get("/metrics");
     let refused = support::metric_value(
         &metrics,

@@ -5,10 +5,13 @@
 //! within the handshake timeout (hyper's header-read timeout, which also closes an HTTP/1.1
 //! connection idle that long between requests), a request must be read and answered within the
 //! body timeout (else 408), HTTP/2 connections get keepalive PINGs and
-//! [`super::grpc::MAX_CONCURRENT_CALLS`] streams, and on shutdown every connection is asked to
-//! close and, at the drain deadline, closed.
+//! [`super::grpc::MAX_CONCURRENT_CALLS`] streams, a connection without a request in flight for
+//! the idle timeout is asked to close (keepalive PINGs alone would hold an HTTP/2 connection
+//! open forever), and on shutdown every connection is asked to close and, at the drain
+//! deadline, closed.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -43,7 +46,7 @@ pub async fn serve(
         within(body_timeout, request, next)
     }));
     let builder = builder(limits);
-    let handshake_timeout = limits.handshake_timeout;
+    let (handshake_timeout, idle_timeout) = (limits.handshake_timeout, limits.idle_timeout);
     let mut connections = JoinSet::new();
     let mut stopping = std::pin::pin!(stopped(stop.clone()));
     let mut open = true;
@@ -58,6 +61,7 @@ pub async fn serve(
                         builder: builder.clone(),
                         app: app.clone(),
                         handshake_timeout,
+                        idle_timeout,
                         stop: stop.clone(),
                         drain_over: drain_over.clone(),
                     };
@@ -86,6 +90,7 @@ struct Connection {
     builder: Builder<TokioExecutor>,
     app: Router,
     handshake_timeout: Duration,
+    idle_timeout: Duration,
     stop: watch::Receiver<bool>,
     drain_over: watch::Receiver<bool>,
 }
@@ -102,14 +107,28 @@ impl Connection {
         if !matches!(started, Ok(Ok(bytes)) if !bytes.is_empty()) {
             return;
         }
+        let activity = Arc::new(Activity::default());
+        let app = {
+            let activity = Arc::clone(&activity);
+            self.app
+                .layer(axum::middleware::from_fn(move |request, next: Next| {
+                    let in_flight = InFlight::begin(&activity);
+                    async move {
+                        let response = next.run(request).await;
+                        drop(in_flight);
+                        response
+                    }
+                }))
+        };
         let connection = self.builder.serve_connection(
             TokioIo::new(Metered::new(io)),
-            TowerToHyperService::new(self.app),
+            TowerToHyperService::new(app),
         );
         let mut connection = std::pin::pin!(connection);
         let finished = tokio::select! {
             _ = connection.as_mut() => true,
             () = stopped(self.stop) => false,
+            () = activity.idle_for(self.idle_timeout) => false,
         };
         if !finished {
             connection.as_mut().graceful_shutdown();
@@ -118,6 +137,52 @@ impl Connection {
                 () = stopped(self.drain_over) => {}
             }
         }
+    }
+}
+
+/// Requests in flight on one connection, and whether one began or ended since the idle check
+/// last looked.
+#[derive(Default)]
+struct Activity {
+    in_flight: AtomicUsize,
+    touched: AtomicBool,
+}
+
+impl Activity {
+    /// Resolves once the connection has had no request in flight for about `timeout` (checked
+    /// every quarter of it, as the gRPC port does); never when `timeout` is zero.
+    async fn idle_for(&self, timeout: Duration) {
+        if timeout.is_zero() {
+            return std::future::pending().await;
+        }
+        let quarter = timeout / 4;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + quarter, quarter);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut quiet = 0;
+        while quiet < 4 {
+            tick.tick().await;
+            let busy = self.touched.swap(false, Ordering::Relaxed)
+                || self.in_flight.load(Ordering::Relaxed) > 0;
+            quiet = if busy { 0 } else { quiet + 1 };
+        }
+    }
+}
+
+/// One request in flight: counted from its headers until its answer (or until hyper drops it).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn begin(activity: &Arc<Activity>) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        activity.touched.store(true, Ordering::Relaxed);
+        InFlight(Arc::clone(activity))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.touched.store(true, Ordering::Relaxed);
     }
 }
 
