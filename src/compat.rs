@@ -1211,7 +1211,7 @@ mod tests {
             "LOG_LEVEL"
         );
         assert_eq!(
-            error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")]),
+            error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TYPE", "replicated")]),
             "REDIS_TYPE"
         );
         assert_eq!(error_variable(&[("QUOTA_MODE", "true")]), "QUOTA_MODE");
