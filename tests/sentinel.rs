@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use futures::future::join_all;
 use support::sentinel::{MASTER, SentinelServer, SentinelSet};
 use support::{
-    KillOnDrop, RedisServer, Slidegate, descriptor, free_port, metric_value, request,
+    KillOnDrop, RedisServer, Slidegate, TestCa, descriptor, free_port, metric_value, request,
     slidegate_command, wait_until,
 };
 
@@ -300,4 +300,65 @@ async fn envoy_ratelimit_sentinel_variables_work() {
         "the counter is on the primary: {keys:?}"
     );
     assert!(!server.log().contains("-pw"), "{}", server.log());
+}
+
+/// TLS to the sentinel and to the primary (`rediss://` entry, `--redis-url rediss://...`), both
+/// trusted through `--redis-tls-ca-file`; without that CA, `serve` stops naming the sentinel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_and_primary_over_tls() {
+    let ca = TestCa::new();
+    let tls_args = ca.server_args();
+    let primary_port = free_port();
+    let port_arg = primary_port.to_string();
+    let mut args: Vec<&str> = vec!["--port", "0", "--tls-port", &port_arg];
+    args.extend(tls_args.iter().map(String::as_str));
+    let Some(_primary) = RedisServer::spawn(&args, primary_port) else {
+        return;
+    };
+    let sentinel_tls_port = free_port();
+    let path = |p: &PathBuf| p.display().to_string();
+    let lines = [
+        format!("tls-port {sentinel_tls_port}"),
+        format!("tls-cert-file {}", path(&ca.cert_file)),
+        format!("tls-key-file {}", path(&ca.key_file)),
+        format!("tls-ca-cert-file {}", path(&ca.ca_file)),
+        "tls-auth-clients no".to_string(),
+        "tls-replication yes".to_string(),
+    ];
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let Some(sentinel) = SentinelServer::start(primary_port, &lines) else {
+        return;
+    };
+    let known = wait_until(Duration::from_secs(10), || {
+        sentinel.primary_port() == Some(primary_port)
+    });
+    assert!(known, "the sentinel does not name the primary");
+    let entry = format!("rediss://127.0.0.1:{sentinel_tls_port}");
+    let ca_file = path(&ca.ca_file);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = rules_file(&dir);
+    let flags = [
+        "--redis-sentinel",
+        &entry,
+        "--redis-sentinel-master",
+        MASTER,
+        "--redis-url",
+        "rediss://primary",
+        // A TLS handshake of a debug build on a busy machine can take longer than 50 ms.
+        "--redis-timeout",
+        "1s",
+    ];
+    let mut with_ca: Vec<&str> = flags.to_vec();
+    with_ca.extend(["--redis-tls-ca-file", &ca_file]);
+    let server = Slidegate::start(&rules, &with_ca);
+    assert_eq!(probe(&server).await, Code::Ok);
+    assert_eq!(probe(&server).await, Code::OverLimit);
+    drop(server);
+
+    let (code, log, _) = serve_until_exit(&flags);
+    assert!(matches!(code, Some(c) if c != 0), "exit {code:?}:\n{log}");
+    assert!(
+        log.contains(&format!("127.0.0.1:{sentinel_tls_port}")),
+        "{log}"
+    );
 }
