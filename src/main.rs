@@ -174,7 +174,7 @@ struct ServeArgs {
     )]
     tls_listeners: Vec<Listener>,
     /// Redis server, `redis://[user:pass@]host:port[/db]` or `rediss://` for TLS. Without it (and
-    /// without --redis-cluster) counters live in this process's memory.
+    /// without --redis-cluster or --redis-sentinel) counters live in this process's memory.
     #[arg(long, env = "SLIDEGATE_REDIS_URL")]
     redis_url: Option<String>,
     /// Redis Cluster seed nodes, comma-separated URLs; selects the cluster store.
@@ -840,9 +840,11 @@ async fn open_store(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Arc<d
         // A script call batching several requests adds no more than one request may.
         max_call_hits: args.max_hits,
     };
-    let store = connect(&opts)
-        .await
-        .with_context(|| format!("cannot open the Redis store {opts:?}"))?;
+    let store = connect(&opts).await.with_context(|| match &opts.sentinel {
+        // The error names the sentinels and the master; the rest of the options add nothing.
+        Some(_) => "cannot find the Redis primary through Redis Sentinel".to_string(),
+        None => format!("invalid Redis settings {opts:?}"),
+    })?;
     if let Err(error) = store.ping().await {
         // Not fatal: the store reconnects, and health reports NOT_SERVING until it answers.
         tracing::warn!(%error, store = store.kind(), "Redis does not answer yet");
