@@ -13,7 +13,7 @@
 //!
 //! Every variable is either honoured (mapped, or not needed because slidegate already behaves
 //! that way), or named in [`Translation::unhonoured`] for one startup warning, or, where slidegate
-//! cannot serve as configured (Redis Sentinel, quota mode, a gRPC TLS or Unix-socket listener, xDS,
+//! cannot serve as configured (quota mode, a gRPC TLS or Unix-socket listener, xDS,
 //! memcached), a [`CompatError`] that stops the start. So is a malformed value: a start with a
 //! setting silently dropped would look healthy and behave differently.
 //!
@@ -64,6 +64,9 @@ pub const SETTING_IDS: &[&str] = &[
     "grpc_addr",
     "redis_url",
     "redis_cluster",
+    "redis_sentinel",
+    "redis_sentinel_master",
+    "redis_sentinel_password",
     "redis_tls_ca_file",
     "redis_tls_cert_file",
     "redis_tls_key_file",
@@ -448,8 +451,8 @@ fn grpc_tls<F: Fn(&str) -> Option<String>>(
     Ok(())
 }
 
-/// `REDIS_*` and `CACHE_KEY_PREFIX` → `--redis-url` or `--redis-cluster`, and the rest of the
-/// store's settings. Without `REDIS_URL` the counters stay in memory.
+/// `REDIS_*` and `CACHE_KEY_PREFIX` → `--redis-url`, `--redis-cluster` or `--redis-sentinel`,
+/// and the rest of the store's settings. Without `REDIS_URL` the counters stay in memory.
 fn redis<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
     out: &mut Translation,
@@ -467,17 +470,25 @@ fn redis<F: Fn(&str) -> Option<String>>(
     let kind = env
         .take("REDIS_TYPE")
         .unwrap_or_else(|| "single".to_owned());
-    let cluster = match kind.to_ascii_lowercase().as_str() {
-        "single" => false,
-        "cluster" => true,
-        "sentinel" => {
-            return Err(unsupported(
+    let (cluster, sentinel) = match kind.to_ascii_lowercase().as_str() {
+        "single" => (false, false),
+        "cluster" => (true, false),
+        "sentinel" => (false, true),
+        _ => {
+            return Err(invalid(
                 "REDIS_TYPE",
-                "Redis Sentinel is not supported yet; use single or cluster",
+                &kind,
+                "expected single, cluster or sentinel",
             ));
         }
-        _ => return Err(invalid("REDIS_TYPE", &kind, "expected single or cluster")),
     };
+    if !sentinel {
+        env.unhonoured_if_set(
+            "REDIS_SENTINEL_AUTH",
+            "only used with REDIS_TYPE=sentinel",
+            out,
+        );
+    }
     let unix = match env.take("REDIS_SOCKET_TYPE") {
         Some(kind) if kind.eq_ignore_ascii_case("tcp") => false,
         Some(kind) if kind.eq_ignore_ascii_case("unix") => true,
@@ -488,7 +499,7 @@ fn redis<F: Fn(&str) -> Option<String>>(
     let tls = env.flag("REDIS_TLS")?.unwrap_or(false);
     let auth = env.take("REDIS_AUTH");
     if unix {
-        if cluster || tls {
+        if cluster || sentinel || tls {
             return Err(unsupported(
                 "REDIS_SOCKET_TYPE",
                 "a Unix socket works with REDIS_TYPE=single and without REDIS_TLS",
@@ -500,6 +511,8 @@ fn redis<F: Fn(&str) -> Option<String>>(
             unix_url(&url, auth.as_deref())?,
             "REDIS_URL",
         );
+    } else if sentinel {
+        sentinel_settings(env, &url, tls, auth.as_deref(), out)?;
     } else {
         let scheme = if tls { "rediss" } else { "redis" };
         let userinfo = auth.as_deref().map(userinfo).unwrap_or_default();
@@ -584,9 +597,59 @@ fn redis<F: Fn(&str) -> Option<String>>(
     Ok(())
 }
 
+/// `REDIS_TYPE=sentinel`: `REDIS_URL=MASTER,HOST:PORT,...` names the master and its sentinels
+/// (`--redis-sentinel-master`, `--redis-sentinel`); `REDIS_SENTINEL_AUTH` is the sentinels'
+/// password. `REDIS_AUTH` and `REDIS_TLS` are the primary's, as `--redis-url` gives them with
+/// Sentinel (its host is not used); `REDIS_TLS` also makes the sentinel connections TLS, as
+/// envoyproxy/ratelimit dials both with the same TLS settings.
+fn sentinel_settings<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    url: &str,
+    tls: bool,
+    auth: Option<&str>,
+    out: &mut Translation,
+) -> Result<(), CompatError> {
+    let mut parts = url.split(',').map(str::trim);
+    let master = parts.next().unwrap_or_default();
+    let sentinels = parts
+        .map(|node| {
+            host_port(node).map(|node| format!("{}{node}", if tls { "rediss://" } else { "" }))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if master.is_empty() || master.contains(':') || sentinels.is_empty() {
+        return Err(invalid(
+            "REDIS_URL",
+            url,
+            "expected MASTER_NAME,HOST:PORT[,HOST:PORT...] with REDIS_TYPE=sentinel",
+        ));
+    }
+    set(out, "redis_sentinel", sentinels.join(","), "REDIS_URL");
+    set(out, "redis_sentinel_master", master, "REDIS_URL");
+    if tls || auth.is_some() {
+        let scheme = if tls { "rediss" } else { "redis" };
+        let userinfo = auth.map(userinfo).unwrap_or_default();
+        set(
+            out,
+            "redis_url",
+            format!("{scheme}://{userinfo}primary"),
+            "REDIS_AUTH",
+        );
+    }
+    if let Some(password) = env.take("REDIS_SENTINEL_AUTH") {
+        set(
+            out,
+            "redis_sentinel_password",
+            password,
+            "REDIS_SENTINEL_AUTH",
+        );
+    }
+    Ok(())
+}
+
 /// What only matters with `REDIS_URL`.
 const REDIS_SETTINGS: &[&str] = &[
     "REDIS_TYPE",
+    "REDIS_SENTINEL_AUTH",
     "REDIS_SOCKET_TYPE",
     "REDIS_AUTH",
     "REDIS_TLS",
@@ -1038,6 +1101,71 @@ mod tests {
     }
 
     #[test]
+    fn redis_sentinel_maps_master_sentinels_and_both_passwords() {
+        let t = run(&[
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_URL", "mymaster, s1:26379,s2:26379"),
+            ("REDIS_AUTH", "p@ss"),
+            ("REDIS_SENTINEL_AUTH", "sentinel-secret"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            value(&t, "redis_sentinel_master").as_deref(),
+            Some("mymaster")
+        );
+        assert_eq!(
+            value(&t, "redis_sentinel").as_deref(),
+            Some("s1:26379,s2:26379")
+        );
+        assert_eq!(
+            value(&t, "redis_url").as_deref(),
+            Some("redis://:p%40ss@primary")
+        );
+        assert_eq!(
+            value(&t, "redis_sentinel_password").as_deref(),
+            Some("sentinel-secret")
+        );
+        assert_eq!(value(&t, "redis_cluster"), None);
+        assert!(t.unhonoured.is_empty(), "{:?}", t.unhonoured);
+
+        // TLS: to the sentinels and to the primary; no password, no URL needed without TLS.
+        let t = run(&[
+            ("REDIS_TYPE", "SENTINEL"),
+            ("REDIS_URL", "m,s1:1"),
+            ("REDIS_TLS", "true"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            value(&t, "redis_sentinel").as_deref(),
+            Some("rediss://s1:1")
+        );
+        assert_eq!(value(&t, "redis_url").as_deref(), Some("rediss://primary"));
+        let t = run(&[("REDIS_TYPE", "sentinel"), ("REDIS_URL", "m,s1:1")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(value(&t, "redis_url"), None);
+
+        // A master name and at least one sentinel, each host:port.
+        for url in ["mymaster", "s1:26379,s2:26379", "m,s1", ",s1:1"] {
+            assert_eq!(
+                error_variable(&[("REDIS_TYPE", "sentinel"), ("REDIS_URL", url)]),
+                "REDIS_URL",
+                "{url}"
+            );
+        }
+        // The sentinels' password means nothing without Sentinel: named in the warning.
+        let t = run(&[("REDIS_URL", "a:1"), ("REDIS_SENTINEL_AUTH", "x")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            t.unhonoured.first().map(|u| u.variable),
+            Some("REDIS_SENTINEL_AUTH")
+        );
+    }
+
+    #[test]
     fn redis_client_certificate_maps_onto_its_flags() {
         let t = run(&[
             ("REDIS_URL", "a:1"),
@@ -1088,7 +1216,7 @@ mod tests {
             "LOG_LEVEL"
         );
         assert_eq!(
-            error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")]),
+            error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TYPE", "replicated")]),
             "REDIS_TYPE"
         );
         assert_eq!(error_variable(&[("QUOTA_MODE", "true")]), "QUOTA_MODE");

@@ -31,8 +31,8 @@ use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
 use slidegate::service::http::{AppState, admin_router, data_router};
 use slidegate::store::{
-    ClientCertFiles, FailureMode, MemoryStore, RedisOptions, Store, SystemClock, connect,
-    redact_url,
+    ClientCertFiles, FailureMode, MemoryStore, RedisOptions, SentinelOptions, Store, SystemClock,
+    connect, redact_url,
 };
 
 /// Sliding-window rate-limit service for Envoy (RateLimitService v3) and nginx.
@@ -174,12 +174,40 @@ struct ServeArgs {
     )]
     tls_listeners: Vec<Listener>,
     /// Redis server, `redis://[user:pass@]host:port[/db]` or `rediss://` for TLS. Without it (and
-    /// without --redis-cluster) counters live in this process's memory.
+    /// without --redis-cluster or --redis-sentinel) counters live in this process's memory.
     #[arg(long, env = "SLIDEGATE_REDIS_URL")]
     redis_url: Option<String>,
     /// Redis Cluster seed nodes, comma-separated URLs; selects the cluster store.
     #[arg(long, env = "SLIDEGATE_REDIS_CLUSTER", value_delimiter = ',')]
     redis_cluster: Vec<String>,
+    /// Redis Sentinel: comma-separated sentinels, `HOST:PORT` (or `rediss://HOST:PORT` for TLS,
+    /// with --redis-tls-ca-file and the client certificate as for Redis). The store uses the
+    /// primary they name for --redis-sentinel-master and follows it through failovers;
+    /// --redis-url then gives only the primary's password, database and TLS
+    /// (`rediss://:PASSWORD@mymaster/0`; its host is not used).
+    #[arg(
+        long,
+        env = "SLIDEGATE_REDIS_SENTINEL",
+        value_delimiter = ',',
+        conflicts_with = "redis_cluster",
+        requires = "redis_sentinel_master"
+    )]
+    redis_sentinel: Vec<String>,
+    /// The master name the sentinels monitor (`sentinel monitor NAME ...`), e.g. `mymaster`.
+    #[arg(
+        long,
+        env = "SLIDEGATE_REDIS_SENTINEL_MASTER",
+        requires = "redis_sentinel"
+    )]
+    redis_sentinel_master: Option<String>,
+    /// Password of the sentinels (their `requirepass`), if they need one.
+    #[arg(
+        long,
+        env = "SLIDEGATE_REDIS_SENTINEL_PASSWORD",
+        hide_env_values = true,
+        requires = "redis_sentinel"
+    )]
+    redis_sentinel_password: Option<String>,
     /// Upper bound for every Redis call, e.g. `50ms`; a slower call is a store failure.
     #[arg(long, env = "SLIDEGATE_REDIS_TIMEOUT", default_value = "50ms", value_parser = humantime::parse_duration)]
     redis_timeout: Duration,
@@ -560,7 +588,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     };
     metrics.set_config_status(&config_status.load());
 
-    let store = open_store(&args).await?;
+    let store = open_store(&args, &metrics).await?;
     let options = Options {
         failure_mode: args.failure_mode,
         shadow_mode: args.shadow_mode,
@@ -772,16 +800,27 @@ fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
     Ok(Some(options))
 }
 
-/// The memory store, or Redis when a URL or cluster nodes are given.
-async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
-    if args.redis_url.is_none() && args.redis_cluster.is_empty() {
+/// The memory store, or Redis when a URL, cluster nodes or sentinels are given.
+async fn open_store(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Arc<dyn Store>> {
+    if args.redis_url.is_none() && args.redis_cluster.is_empty() && args.redis_sentinel.is_empty() {
         let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
         store.spawn_sweeper(Duration::from_secs(30));
         return Ok(store);
     }
+    let sentinel = args
+        .redis_sentinel_master
+        .as_ref()
+        .map(|master| SentinelOptions {
+            sentinels: args.redis_sentinel.clone(),
+            master: master.clone(),
+            password: args.redis_sentinel_password.clone(),
+            failovers: metrics.store_failovers(),
+        });
+    let default_url = || RedisOptions::default().url;
     let opts = RedisOptions {
-        url: args.redis_url.clone().unwrap_or_default(),
+        url: args.redis_url.clone().unwrap_or_else(default_url),
         cluster_nodes: args.redis_cluster.clone(),
+        sentinel,
         prefix: args.redis_prefix.clone(),
         timeout: args.redis_timeout,
         tls_ca_file: args.redis_tls_ca_file.clone(),
@@ -796,9 +835,11 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
         // A script call batching several requests adds no more than one request may.
         max_call_hits: args.max_hits,
     };
-    let store = connect(&opts)
-        .await
-        .with_context(|| format!("invalid Redis settings {opts:?}"))?;
+    let store = connect(&opts).await.with_context(|| match &opts.sentinel {
+        // The error names the sentinels and the master; the rest of the options add nothing.
+        Some(_) => "cannot find the Redis primary through Redis Sentinel".to_string(),
+        None => format!("invalid Redis settings {opts:?}"),
+    })?;
     if let Err(error) = store.ping().await {
         // Not fatal: the store reconnects, and health reports NOT_SERVING until it answers.
         tracing::warn!(%error, store = store.kind(), "Redis does not answer yet");
@@ -810,6 +851,7 @@ fn log_effective_config(args: &ServeArgs) {
     let redis_url = args.redis_url.as_deref().map(redact_url);
     let redis_cluster: Vec<String> = args.redis_cluster.iter().map(|u| redact_url(u)).collect();
     let store = match (&redis_url, redis_cluster.is_empty()) {
+        _ if !args.redis_sentinel.is_empty() => "redis-sentinel",
         (_, false) => "redis-cluster",
         (Some(_), true) => "redis",
         (None, true) => "memory",
@@ -827,6 +869,8 @@ fn log_effective_config(args: &ServeArgs) {
         store,
         redis_url = redis_url.as_deref().unwrap_or("-"),
         redis_cluster = %redis_cluster.join(","),
+        redis_sentinel = %args.redis_sentinel.iter().map(|u| redact_url(u)).collect::<Vec<_>>().join(","),
+        redis_sentinel_master = args.redis_sentinel_master.as_deref().unwrap_or("-"),
         redis_timeout = ?args.redis_timeout,
         redis_prefix = %args.redis_prefix,
         failure_mode = %args.failure_mode,

@@ -10,6 +10,7 @@
 //! | `slidegate_request_duration_seconds` | histogram | `transport` (`grpc`, `json`, `check`) | time to answer one request |
 //! | `slidegate_store_duration_seconds` | histogram | | time of one store decision (one round trip) |
 //! | `slidegate_store_errors_total` | counter | `kind` (`timeout`, `connection`, `backend`) | failed store decisions |
+//! | `slidegate_store_failovers_total` | counter | | Redis Sentinel failovers followed: the sentinels named a new primary and the store moved to it |
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
 //! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |
 //! | `slidegate_rules_loaded` | gauge | | rules in the live rule set |
@@ -148,6 +149,7 @@ pub struct Metrics {
     request_duration: [Histogram; 3],
     store_duration: Histogram,
     store_errors: IntCounterVec,
+    store_failovers: IntCounter,
     failure_mode: IntCounterVec,
     config_reloads: IntCounterVec,
     rules_loaded: IntGauge,
@@ -259,6 +261,11 @@ impl Metrics {
             "When the certificate the listeners serve expires, Unix time (with TLS on).",
         )?;
         registry.register(Box::new(tls_expiry.clone()))?;
+        let store_failovers = IntCounter::new(
+            "slidegate_store_failovers_total",
+            "Redis Sentinel failovers followed: the sentinels named a new primary and the store moved to it.",
+        )?;
+        registry.register(Box::new(store_failovers.clone()))?;
         let unknown_domain = IntCounter::new(
             "slidegate_unknown_domain_total",
             "Requests for a domain that has no rules.",
@@ -340,6 +347,7 @@ impl Metrics {
             request_duration,
             store_duration,
             store_errors,
+            store_failovers,
             failure_mode,
             config_reloads,
             rules_loaded,
@@ -492,6 +500,11 @@ impl Metrics {
     /// A failed store decision.
     pub fn store_error(&self, kind: &str) {
         self.store_errors.with_label_values(&[kind]).inc();
+    }
+
+    /// The counter of failovers the Redis Sentinel store followed (it increments it itself).
+    pub fn store_failovers(&self) -> IntCounter {
+        self.store_failovers.clone()
     }
 
     /// A request answered by the failure mode.

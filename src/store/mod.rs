@@ -56,7 +56,7 @@ pub mod redis;
 
 pub use self::redis::{
     ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisOptions, RedisStore,
-    connect, redact_url,
+    SentinelOptions, connect, redact_url,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use key::CounterKey;

@@ -80,6 +80,7 @@ mod deny_cache;
 mod per_thread;
 mod redact;
 pub mod script;
+pub mod sentinel;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -101,6 +102,8 @@ pub use deny_cache::{DenyCache, Lookup, Refresh};
 use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
 use script::{CallPart, Reply, Reported, RequestIds};
+pub use sentinel::SentinelOptions;
+use sentinel::{PrimaryConn, Sentinels};
 
 use super::{Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
 
@@ -124,8 +127,11 @@ const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct RedisOptions {
     /// Standalone server: `redis://[user:pass@]host:port[/db]` or `rediss://...` (TLS). Ignored
-    /// when `cluster_nodes` is not empty.
+    /// when `cluster_nodes` is not empty. With `sentinel`, how to talk to the primary (scheme,
+    /// credentials, database); its host is not used.
     pub url: String,
+    /// Redis Sentinel: the sentinels name the primary (see the `sentinel` module).
+    pub sentinel: Option<SentinelOptions>,
     /// Redis Cluster seed nodes (same URL forms); not empty selects the cluster store. The first
     /// node's credentials and TLS setting apply to all nodes.
     pub cluster_nodes: Vec<String>,
@@ -158,6 +164,7 @@ impl Default for RedisOptions {
         RedisOptions {
             url: "redis://127.0.0.1:6379".to_string(),
             cluster_nodes: Vec::new(),
+            sentinel: None,
             prefix: DEFAULT_PREFIX.to_string(),
             timeout: DEFAULT_TIMEOUT,
             tls_ca_file: None,
@@ -175,6 +182,7 @@ impl std::fmt::Debug for RedisOptions {
         f.debug_struct("RedisOptions")
             .field("url", &redact_url(&self.url))
             .field("cluster_nodes", &nodes)
+            .field("sentinel", &self.sentinel)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("tls_ca_file", &self.tls_ca_file)
@@ -190,6 +198,14 @@ impl std::fmt::Debug for RedisOptions {
 pub struct ClientCertFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// How each thread's [`ConnectionManager`] connects and retries.
+fn manager_config(opts: &RedisOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(opts.timeout.max(Duration::from_secs(1))))
+        .set_response_timeout(None)
+        .set_number_of_retries(2)
 }
 
 /// The CA and client certificate files read into what redis-rs takes, or `None` when neither is
@@ -293,6 +309,8 @@ const MAX_BATCH: usize = 16;
 
 enum Conn {
     Standalone(PerThread<Arc<Lane<ConnectionManager>>>),
+    /// The primary the sentinels name, followed through failovers.
+    Sentinel(PerThread<Arc<Lane<PrimaryConn>>>),
     /// Connected on first use (and again after a failed first attempt), because redis-rs needs a
     /// reachable seed to build a cluster connection; it handles reconnects and slot moves after.
     Cluster(Box<Cluster>),
@@ -338,6 +356,9 @@ impl RedisStore {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
         let certs = tls_certificates(opts)?;
+        if let Some(sentinel) = &opts.sentinel {
+            return Self::connect_sentinel(opts, sentinel, certs, redactor).await;
+        }
         let clean = |e: RedisError| {
             StoreError::Backend(format!(
                 "invalid Redis options for {endpoint}: {}",
@@ -351,10 +372,7 @@ impl RedisStore {
                 None => ::redis::Client::open(info),
             }
             .map_err(clean)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(opts.timeout.max(Duration::from_secs(1))))
-                .set_response_timeout(None)
-                .set_number_of_retries(2);
+            let config = manager_config(opts);
             let managers = PerThread::new(opts.connections, || {
                 let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
                 Ok(Lane::new(conn, false))
@@ -374,8 +392,17 @@ impl RedisStore {
                 lanes: PerThread::new(opts.connections, || Ok::<_, StoreError>(OnceCell::new()))?,
             }))
         };
+        Ok(Self::with_conn(opts, conn, redactor, endpoint))
+    }
+
+    fn with_conn(
+        opts: &RedisOptions,
+        conn: Conn,
+        redactor: Redactor,
+        endpoint: String,
+    ) -> RedisStore {
         let deny_cache = (opts.deny_cache > 0).then(|| DenyCache::new(opts.deny_cache));
-        Ok(RedisStore {
+        RedisStore {
             conn,
             ids: RequestIds::new(),
             deny_cache,
@@ -386,7 +413,48 @@ impl RedisStore {
                 redactor,
                 endpoint,
             }),
-        })
+        }
+    }
+
+    /// The store on the primary that the sentinels name (see the `sentinel` module): one lane per
+    /// thread, as standalone. Fails when no sentinel names a usable primary within
+    /// [`sentinel::LOOKUP_TIMEOUT`].
+    async fn connect_sentinel(
+        opts: &RedisOptions,
+        sentinel: &SentinelOptions,
+        certs: Option<TlsCertificates>,
+        mut redactor: Redactor,
+    ) -> Result<RedisStore, StoreError> {
+        if sentinel
+            .sentinels
+            .iter()
+            .any(|s| s.starts_with("rediss://"))
+        {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let sentinels = Sentinels::start(
+            sentinel,
+            &opts.url,
+            certs,
+            manager_config(opts),
+            &mut redactor,
+        )
+        .await?;
+        tracing::info!(
+            sentinels = %sentinels.endpoint(),
+            primary = %sentinels.primary(),
+            "Redis Sentinel named the primary"
+        );
+        let lanes = PerThread::new(opts.connections, || {
+            Ok::<_, StoreError>(Lane::new(sentinels.connection(), false))
+        })?;
+        let endpoint = sentinels.endpoint();
+        Ok(Self::with_conn(
+            opts,
+            Conn::Sentinel(lanes),
+            redactor,
+            endpoint,
+        ))
     }
 
     /// The deny cache, when on.
@@ -679,6 +747,11 @@ impl RedisStore {
                 self.ask(lanes.get(), id, false, None, counters.to_vec())
                     .await?
             }
+            Conn::Sentinel(lanes) => {
+                let id = self.ids.next();
+                self.ask(lanes.get(), id, false, None, counters.to_vec())
+                    .await?
+            }
             Conn::Cluster(cluster) => {
                 let Cluster { client, lanes } = &**cluster;
                 let lane = self.cluster_lane(client, lanes.get()).await?;
@@ -696,6 +769,10 @@ impl RedisStore {
         let ping = ::redis::cmd("PING");
         match &self.conn {
             Conn::Standalone(lanes) => {
+                ping.query_async::<::redis::Value>(&mut lanes.get().conn.clone())
+                    .await
+            }
+            Conn::Sentinel(lanes) => {
                 ping.query_async::<::redis::Value>(&mut lanes.get().conn.clone())
                     .await
             }
@@ -923,6 +1000,7 @@ impl Store for RedisStore {
     fn kind(&self) -> &'static str {
         match self.conn {
             Conn::Standalone(_) => "redis",
+            Conn::Sentinel(_) => "redis-sentinel",
             Conn::Cluster(_) => "redis-cluster",
         }
     }
