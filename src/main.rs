@@ -20,7 +20,7 @@ use slidegate::config::RuleSet;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::config::source::xds::{XdsOptions, XdsSource, XdsTls};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
-use slidegate::metrics::Metrics;
+use slidegate::metrics::{Metrics, RedisMetrics};
 use slidegate::server::grpc::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
 use slidegate::server::socket::{Address, Bound};
@@ -558,7 +558,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     };
     metrics.set_config_status(&config_status.load());
 
-    let store = open_store(&args).await?;
+    let store = open_store(&args, metrics.redis()).await?;
     let options = Options {
         failure_mode: args.failure_mode,
         shadow_mode: args.shadow_mode,
@@ -778,7 +778,7 @@ fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
 }
 
 /// The memory store, or Redis when a URL or cluster nodes are given.
-async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_store(args: &ServeArgs, metrics: RedisMetrics) -> anyhow::Result<Arc<dyn Store>> {
     if args.redis_url.is_none() && args.redis_cluster.is_empty() {
         let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
         store.spawn_sweeper(Duration::from_secs(30));
@@ -800,6 +800,7 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn Store>> {
         connections: usize::from(args.workers) + 1,
         // A script call batching several requests adds no more than one request may.
         max_call_hits: args.max_hits,
+        metrics,
     };
     let store = connect(&opts)
         .await

@@ -76,7 +76,9 @@
 //! Passwords never leave this module in any text: URLs are shown through [`redact_url`], and client
 //! error messages are scrubbed of the configured passwords.
 
+mod deadline;
 mod deny_cache;
+mod node;
 mod per_thread;
 mod redact;
 pub mod script;
@@ -98,9 +100,14 @@ use futures::future::join_all;
 use tokio::sync::{OnceCell, oneshot};
 
 pub use deny_cache::{DenyCache, Lookup, Refresh};
+use deadline::ServerClocks;
+use node::NodeHealth;
+pub use node::SAFE_POLICIES;
 use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
 use script::{CallPart, Reply, Reported, RequestIds};
+
+use crate::metrics::{CallResult, RedisMetrics};
 
 use super::{Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
 
@@ -115,6 +122,11 @@ pub const DEFAULT_DENY_CACHE: usize = 100_000;
 
 /// Default of [`RedisOptions::max_call_hits`]: the limiter's default budget for one request.
 pub const DEFAULT_MAX_CALL_HITS: u64 = 4096;
+
+/// How long a batch task keeps waiting, after its callers timed out, for the late reply that says
+/// whether the call expired or recorded its hits (`slidegate_redis_*` metrics); the reply is
+/// dropped unread after that.
+const LATE_REPLY_WAIT: Duration = Duration::from_secs(10);
 
 /// How a socket reports a peer that stopped answering: unacknowledged data for this long fails
 /// the connection, which [`ConnectionManager`] then replaces.
@@ -151,6 +163,9 @@ pub struct RedisOptions {
     /// into one call never holds Redis longer than the largest single request may. A request
     /// alone always gets its call.
     pub max_call_hits: u64,
+    /// Where the store counts its calls to Redis (`Metrics::redis`); registered nowhere by
+    /// default.
+    pub metrics: RedisMetrics,
 }
 
 impl Default for RedisOptions {
@@ -165,6 +180,7 @@ impl Default for RedisOptions {
             deny_cache: DEFAULT_DENY_CACHE,
             connections: 1,
             max_call_hits: DEFAULT_MAX_CALL_HITS,
+            metrics: RedisMetrics::default(),
         }
     }
 }
@@ -244,6 +260,11 @@ struct Shared {
     redactor: Redactor,
     /// Redacted endpoint(s), for Debug and messages.
     endpoint: String,
+    /// Each server's clock, for the calls' deadlines.
+    clocks: ServerClocks,
+    metrics: RedisMetrics,
+    /// The node (standalone) or the cluster as a whole, as calls see it.
+    node: NodeHealth,
 }
 
 /// A connection (standalone, or a cluster's) and the requests waiting for its next script call.
@@ -284,6 +305,8 @@ struct Queued {
     /// The counters' cluster slot (`None` on standalone).
     slot: Option<Slot>,
     counters: Vec<Counter>,
+    /// When the caller gives up.
+    deadline: Instant,
     answer: oneshot::Sender<Result<Reply, StoreError>>,
 }
 
@@ -375,6 +398,12 @@ impl RedisStore {
             }))
         };
         let deny_cache = (opts.deny_cache > 0).then(|| DenyCache::new(opts.deny_cache));
+        let cluster = !opts.cluster_nodes.is_empty();
+        // A node's address without credentials (a standalone URL's host and port).
+        let node = match (cluster, urls.first().map(|u| connection_info(u))) {
+            (false, Some(Ok(info))) => info.addr().to_string(),
+            _ => "cluster".to_string(),
+        };
         Ok(RedisStore {
             conn,
             ids: RequestIds::new(),
@@ -385,6 +414,9 @@ impl RedisStore {
                 max_call_hits: opts.max_call_hits,
                 redactor,
                 endpoint,
+                clocks: ServerClocks::new(cluster),
+                node: NodeHealth::new(node.clone(), opts.metrics.node(&node)),
+                metrics: opts.metrics.clone(),
             }),
         })
     }
@@ -401,6 +433,7 @@ impl RedisStore {
 
     /// Asks Redis for the decision on `counters` (a request, or one slot's part of one) in the
     /// next script call of this worker's [`Lane`].
+    #[allow(clippy::too_many_arguments)]
     async fn ask<C: LaneConn>(
         &self,
         lane: &Arc<Lane<C>>,
@@ -408,6 +441,7 @@ impl RedisStore {
         provisional: bool,
         slot: Option<Slot>,
         counters: Vec<Counter>,
+        deadline: Instant,
     ) -> Result<Reply, StoreError> {
         let (answer, reply) = oneshot::channel();
         let first = {
@@ -417,6 +451,7 @@ impl RedisStore {
                 provisional,
                 slot,
                 counters,
+                deadline,
                 answer,
             });
             queue.len() == 1
@@ -522,6 +557,7 @@ impl RedisStore {
         &self,
         lane: &Arc<Lane<ClusterConnection>>,
         counters: &[Counter],
+        deadline: Instant,
     ) -> Result<Reply, StoreError> {
         let keys: Vec<String> = counters.iter().map(|c| self.redis_key(&c.key)).collect();
         let id = self.ids.next();
@@ -530,7 +566,7 @@ impl RedisStore {
         // Each slot's counters, in the order the script answers for them.
         let calls = groups.iter().map(|(slot, group)| {
             let counters = group.iter().map(|&i| counters[i].clone()).collect();
-            self.ask(lane, id.clone(), cross_slot, Some(*slot), counters)
+            self.ask(lane, id.clone(), cross_slot, Some(*slot), counters, deadline)
         });
         let answers = join_all(calls).await;
 
@@ -661,7 +697,11 @@ impl RedisStore {
         .map_err(|e| self.error(e))
     }
 
-    async fn decide_inner(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
+    async fn decide_inner(
+        &self,
+        counters: &[Counter],
+        deadline: Instant,
+    ) -> Result<Decision, StoreError> {
         if counters.is_empty() {
             return Ok(Decision {
                 allowed: true,
@@ -676,13 +716,13 @@ impl RedisStore {
         let reply = match &self.conn {
             Conn::Standalone(lanes) => {
                 let id = self.ids.next();
-                self.ask(lanes.get(), id, false, None, counters.to_vec())
+                self.ask(lanes.get(), id, false, None, counters.to_vec(), deadline)
                     .await?
             }
             Conn::Cluster(cluster) => {
                 let Cluster { client, lanes } = &**cluster;
                 let lane = self.cluster_lane(client, lanes.get()).await?;
-                self.ask_cluster(lane, counters).await?
+                self.ask_cluster(lane, counters, deadline).await?
             }
         };
         self.remember(counters, &reply, sent, refreshes);
@@ -692,22 +732,21 @@ impl RedisStore {
         })
     }
 
+    /// `PING`s the node; the answer (or its absence) also updates the node's state.
     async fn ping_inner(&self) -> Result<(), StoreError> {
-        let ping = ::redis::cmd("PING");
+        let shared = &self.shared;
         match &self.conn {
-            Conn::Standalone(lanes) => {
-                ping.query_async::<::redis::Value>(&mut lanes.get().conn.clone())
-                    .await
-            }
+            Conn::Standalone(lanes) => shared.ping(&lanes.get().conn).await,
             Conn::Cluster(cluster) => {
                 let Cluster { client, lanes } = &**cluster;
-                let lane = self.cluster_lane(client, lanes.get()).await?;
-                ping.query_async::<::redis::Value>(&mut lane.conn.clone())
-                    .await
+                let lane = self.cluster_lane(client, lanes.get()).await.inspect_err(|e| {
+                    if matches!(e, StoreError::Connection(_) | StoreError::Timeout(_)) {
+                        shared.node.unreachable();
+                    }
+                })?;
+                shared.ping(&lane.conn).await
             }
         }
-        .map(|_| ())
-        .map_err(|e| self.error(e))
     }
 
     fn error(&self, e: RedisError) -> StoreError {
@@ -719,9 +758,13 @@ impl RedisStore {
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let timeout = self.shared.timeout;
-        tokio::time::timeout(timeout, call)
+        let result = tokio::time::timeout(timeout, call)
             .await
-            .unwrap_or(Err(StoreError::Timeout(timeout)))
+            .unwrap_or(Err(StoreError::Timeout(timeout)));
+        if let Err(StoreError::Timeout(_)) = &result {
+            self.shared.node.unreachable();
+        }
+        result
     }
 }
 
@@ -731,6 +774,8 @@ impl Shared {
         let text = self.redactor.clean(&e.to_string());
         if e.is_timeout() {
             StoreError::Timeout(self.timeout)
+        } else if e.code() == Some("OOM") {
+            StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
         } else if e.is_io_error()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
@@ -739,6 +784,48 @@ impl Shared {
             StoreError::Connection(format!("{}: {text}", self.endpoint))
         } else {
             StoreError::Backend(format!("{}: {text}", self.endpoint))
+        }
+    }
+
+    /// What a call's answer (or failure) tells about the node: up when it answered, down when it
+    /// could not be reached; an answer after an outage (or the first) has its eviction policy
+    /// checked, an OOM refusal is logged.
+    fn note<C: LaneConn>(&self, conn: &C, result: Result<(), &StoreError>) {
+        match result {
+            Err(StoreError::Connection(_) | StoreError::Timeout(_)) => self.node.unreachable(),
+            other => {
+                if let Err(StoreError::OutOfMemory(text)) = other {
+                    self.node.out_of_memory(text);
+                }
+                if self.node.answered() {
+                    self.node
+                        .check_policy(conn.clone(), self.redactor.clone(), self.timeout);
+                }
+            }
+        }
+    }
+
+    async fn ping<C: LaneConn>(&self, conn: &C) -> Result<(), StoreError> {
+        let result = ::redis::cmd("PING")
+            .query_async::<::redis::Value>(&mut conn.clone())
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(e));
+        self.note(conn, result.as_ref().map(|_| ()));
+        result
+    }
+
+    /// A reply that came after the callers had given up: counts whether the call expired or
+    /// admitted requests (and so recorded their hits).
+    fn late(&self, slot: Option<Slot>, sent: Instant, reply: &[u8], parts: &[CallPart<'_>]) {
+        let Ok(answer) = script::parse(reply, parts) else {
+            return;
+        };
+        self.clocks.observe(slot, sent, Instant::now(), answer.now);
+        match answer.replies {
+            None => self.metrics.deadline_expired(),
+            Some(replies) if replies.iter().any(|r| r.allowed) => self.metrics.late_recorded(),
+            Some(_) => {}
         }
     }
 }
@@ -815,38 +902,91 @@ fn call_cost(q: &Queued) -> u64 {
 }
 
 /// One script call for `batch`, each request answered with its part of the reply (or the error).
+///
+/// The call carries its callers' earliest deadline in the server's clock (see the `deadline`
+/// module): if it reaches Redis later, the script decides nothing. When the call outlives the
+/// timeout its callers are answered at once, and the task waits on (up to [`LATE_REPLY_WAIT`])
+/// for the late reply, to count whether the call expired or recorded hits.
 async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, batch: Vec<Queued>) {
-    let parts: Vec<CallPart<'_>> = batch
+    let slot = batch.first().and_then(|q| q.slot);
+    let deadline = batch.iter().map(|q| q.deadline).min();
+    let (answers, requests): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .map(|q| (q.answer, (q.id, q.provisional, q.counters)))
+        .unzip();
+    let parts: Vec<CallPart<'_>> = requests
         .iter()
-        .map(|q| CallPart {
-            id: &q.id,
-            provisional: q.provisional,
-            counters: &q.counters,
+        .map(|(id, provisional, counters)| CallPart {
+            id,
+            provisional: *provisional,
+            counters,
         })
         .collect();
-    let cmd = script::command(&shared.prefix, lane.cluster, &parts);
-    // By the timeout every caller of the batch has given up (each one's own timeout started
-    // before the call was sent): stop holding the batch, or a frozen Redis would hold every
-    // request it was sent.
+    let redis_deadline = deadline.map_or(0, |d| shared.clocks.deadline(slot, d));
+    let cmd = script::command(&shared.prefix, lane.cluster, redis_deadline, &parts);
     let mut conn = lane.conn.clone();
-    let call = script::run(&mut conn, &cmd);
-    let replies = match tokio::time::timeout(shared.timeout, call).await {
-        Ok(reply) => reply
-            .map_err(|e| shared.error(e))
-            .and_then(|reply| script::parse(&reply, &parts)),
-        Err(_) => Err(StoreError::Timeout(shared.timeout)),
+    let sent = Instant::now();
+    let mut call = std::pin::pin!(script::run(&mut conn, &cmd));
+    let Ok(reply) = tokio::time::timeout(shared.timeout, call.as_mut()).await else {
+        // By the timeout every caller of the batch has given up (each one's own timeout started
+        // before the call was sent): answer them now, or a frozen Redis would hold every request
+        // it was sent.
+        for answer in answers {
+            let _ = answer.send(Err(StoreError::Timeout(shared.timeout)));
+        }
+        shared.metrics.call(CallResult::Timeout, None);
+        shared.node.unreachable();
+        if let Ok(Ok(reply)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await {
+            shared.late(slot, sent, &reply, &parts);
+        }
+        return;
     };
-    match replies {
-        Ok(replies) => {
-            for (q, reply) in batch.into_iter().zip(replies) {
-                let _ = q.answer.send(Ok(reply));
+    let received = Instant::now();
+    let parsed = reply
+        .map_err(|e| shared.error(e))
+        .and_then(|reply| script::parse(&reply, &parts));
+    let (result, outcome) = match parsed {
+        Ok(script::Answer { now, replies }) => {
+            shared.clocks.observe(slot, sent, received, now);
+            match replies {
+                Some(replies) => (Ok(replies), CallResult::Ok),
+                None => {
+                    shared.metrics.deadline_expired();
+                    (
+                        Err(StoreError::Timeout(shared.timeout)),
+                        CallResult::Expired,
+                    )
+                }
             }
         }
         Err(e) => {
-            for q in batch {
-                let _ = q.answer.send(Err(e.clone()));
+            let outcome = call_result(&e);
+            (Err(e), outcome)
+        }
+    };
+    shared.metrics.call(outcome, Some(received - sent));
+    shared.note(&lane.conn, result.as_ref().map(|_| ()));
+    match result {
+        Ok(replies) => {
+            for (answer, reply) in answers.into_iter().zip(replies) {
+                let _ = answer.send(Ok(reply));
             }
         }
+        Err(e) => {
+            for answer in answers {
+                let _ = answer.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// The `slidegate_redis_calls_total` result of a failed call.
+fn call_result(e: &StoreError) -> CallResult {
+    match e {
+        StoreError::Timeout(_) => CallResult::Timeout,
+        StoreError::Connection(_) => CallResult::Connection,
+        StoreError::OutOfMemory(_) => CallResult::Oom,
+        StoreError::Backend(_) => CallResult::Backend,
     }
 }
 
@@ -913,7 +1053,9 @@ fn local_deny(counters: &[Counter], waits: Vec<Option<Duration>>) -> Decision {
 #[async_trait]
 impl Store for RedisStore {
     async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
-        self.with_timeout(self.decide_inner(counters)).await
+        let deadline = Instant::now() + self.shared.timeout;
+        self.with_timeout(self.decide_inner(counters, deadline))
+            .await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -1002,6 +1144,7 @@ mod tests {
             provisional: false,
             slot: slot.and_then(Slot::new),
             counters: Vec::new(),
+            deadline: Instant::now(),
             answer: oneshot::channel().0,
         };
         let ids = |batches: Vec<Vec<Queued>>| -> Vec<Vec<String>> {
@@ -1047,6 +1190,7 @@ mod tests {
                 shadow: false,
                 precision,
             }],
+            deadline: Instant::now(),
             answer: oneshot::channel().0,
         };
         let queued = |slot: Option<u16>, hits: u64| counted(slot, hits, Precision::Exact);
