@@ -1,11 +1,11 @@
 //! A redis-server that a test can kill and start again on the same port and data directory, with
 //! or without persistence: for restarts (AOF) and memory pressure. Kept apart from `mod.rs`'s
-//! throwaway [`RedisServer`](super::RedisServer), which always starts empty and never persists.
+//! throwaway [`RedisServer`](crate::support::RedisServer), which always starts empty and never persists.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::{KillOnDrop, free_port, require_program, wait_until};
+use crate::support::{KillOnDrop, free_port, require_program, wait_until};
 
 pub struct RestartableRedis {
     pub port: u16,
