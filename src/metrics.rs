@@ -13,7 +13,7 @@
 //! | `slidegate_redis_call_duration_seconds` | histogram | | time of one script call to Redis that got an answer (a call may decide several requests) |
 //! | `slidegate_redis_calls_total` | counter | `result` (`ok`, `expired`, `timeout`, `connection`, `oom`, `backend`) | script calls to Redis by how they ended for their callers |
 //! | `slidegate_redis_deadline_expired_total` | counter | | script calls that reached Redis after their callers' deadline and recorded nothing, answered in time or late |
-//! | `slidegate_redis_late_recorded_total` | counter | | script calls answered after their callers gave up that had run before the deadline: their hits count although the callers got the failure mode |
+//! | `slidegate_redis_late_recorded_total` | counter | | script calls answered after their callers gave up that had run before the deadline: the hits of the requests they admitted count although the callers got the failure mode |
 //! | `slidegate_redis_node_up` | gauge | `node` (`host:port`; `cluster` for a cluster) | 1 while the last call or health check on the node got an answer, 0 after one failed to connect or timed out |
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
 //! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |
@@ -699,7 +699,9 @@ mod tests {
         metrics.no_rule("api");
         metrics.observe_request(Transport::Check, Duration::from_millis(1));
         metrics.observe_store(Duration::from_millis(1));
-        metrics.redis().call(CallResult::Oom, Some(Duration::from_millis(1)));
+        metrics
+            .redis()
+            .call(CallResult::Oom, Some(Duration::from_millis(1)));
         metrics.redis().deadline_expired();
         metrics.redis().node("127.0.0.1:6379").set(1);
         metrics.config_reload(true);

@@ -12,9 +12,9 @@
 //! Windows are long (a minute) so that nothing leaves them during a test; waits are bounded
 //! generously for a slow, shared machine.
 
-mod support;
 #[path = "support/restartable_redis.rs"]
 mod restartable_redis;
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -113,7 +113,9 @@ async fn calls_that_reach_redis_after_their_deadline_record_nothing() {
         paused.elapsed()
     );
     for answer in &answers {
-        let status = answer.as_ref().expect_err("a call decided while Redis was paused");
+        let status = answer
+            .as_ref()
+            .expect_err("a call decided while Redis was paused");
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     }
 
@@ -182,7 +184,10 @@ async fn redis_out_of_memory_fails_by_the_failure_mode_then_recovers() {
         ],
     );
     let mut client = server.client().await;
-    assert_eq!(call(&mut client, "user", "oom").await.expect("call"), Code::Ok);
+    assert_eq!(
+        call(&mut client, "user", "oom").await.expect("call"),
+        Code::Ok
+    );
     let key = counter("user", "oom");
 
     assert_eq!(
@@ -206,7 +211,10 @@ async fn redis_out_of_memory_fails_by_the_failure_mode_then_recovers() {
         metric_value(&text, r#"slidegate_redis_calls_total{result="oom"}"#),
         20.0
     );
-    let node = format!(r#"slidegate_redis_node_up{{node="127.0.0.1:{}"}}"#, redis.port);
+    let node = format!(
+        r#"slidegate_redis_node_up{{node="127.0.0.1:{}"}}"#,
+        redis.port
+    );
     assert_eq!(metric_value(&text, &node), 1.0, "{text}");
     let log = server.log();
     assert_eq!(
@@ -216,7 +224,10 @@ async fn redis_out_of_memory_fails_by_the_failure_mode_then_recovers() {
     );
 
     assert_eq!(redis.cli(&["-n", "1", "FLUSHDB"]), "OK");
-    assert_eq!(call(&mut client, "user", "oom").await.expect("call"), Code::Ok);
+    assert_eq!(
+        call(&mut client, "user", "oom").await.expect("call"),
+        Code::Ok
+    );
     assert_eq!(zcard(&redis, &key), 2);
     assert!(!server.log().contains("can evict"), "{}", server.log());
     promtool_check_metrics(rules.path(), &metrics(&server));
@@ -307,7 +318,10 @@ async fn with_aof_a_restarted_redis_keeps_the_windows() {
 
     redis.kill();
     assert!(call(&mut client, "tight", "aof").await.is_err());
-    let node = format!(r#"slidegate_redis_node_up{{node="127.0.0.1:{}"}}"#, redis.port);
+    let node = format!(
+        r#"slidegate_redis_node_up{{node="127.0.0.1:{}"}}"#,
+        redis.port
+    );
     assert_eq!(metric_value(&metrics(&server), &node), 0.0);
     redis.restart();
     assert_eq!(first_decision(&mut client, "aof").await, Code::OverLimit);

@@ -140,7 +140,11 @@ mod tests {
         let deadline = received + Duration::from_millis(50);
         let estimated = clocks.deadline(None, deadline);
         assert!(estimated <= truth(deadline));
-        assert_eq!(truth(deadline) - estimated, 1500, "early by the reply's way back");
+        assert_eq!(
+            truth(deadline) - estimated,
+            1500,
+            "early by the reply's way back"
+        );
         // A faster reply tightens it.
         let sent = received;
         clocks.observe(

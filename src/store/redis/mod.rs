@@ -87,6 +87,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -99,8 +100,8 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::{OnceCell, oneshot};
 
-pub use deny_cache::{DenyCache, Lookup, Refresh};
 use deadline::ServerClocks;
+pub use deny_cache::{DenyCache, Lookup, Refresh};
 use node::NodeHealth;
 pub use node::SAFE_POLICIES;
 use per_thread::PerThread;
@@ -127,6 +128,12 @@ pub const DEFAULT_MAX_CALL_HITS: u64 = 4096;
 /// whether the call expired or recorded its hits (`slidegate_redis_*` metrics); the reply is
 /// dropped unread after that.
 const LATE_REPLY_WAIT: Duration = Duration::from_secs(10);
+
+/// Most calls waiting for their late reply at once, per store: each holds about 2.5 KB (its
+/// task and the client's future), so a frozen Redis that thousands of calls time out against
+/// costs at most about 1.3 MB. Calls beyond it are not waited for (nor counted as expired or
+/// late).
+const MAX_LATE_WAITERS: usize = 512;
 
 /// How a socket reports a peer that stopped answering: unacknowledged data for this long fails
 /// the connection, which [`ConnectionManager`] then replaces.
@@ -265,6 +272,8 @@ struct Shared {
     metrics: RedisMetrics,
     /// The node (standalone) or the cluster as a whole, as calls see it.
     node: NodeHealth,
+    /// Calls waiting for their late reply now (at most [`MAX_LATE_WAITERS`]).
+    late_waiters: AtomicUsize,
 }
 
 /// A connection (standalone, or a cluster's) and the requests waiting for its next script call.
@@ -417,6 +426,7 @@ impl RedisStore {
                 clocks: ServerClocks::new(cluster),
                 node: NodeHealth::new(node.clone(), opts.metrics.node(&node)),
                 metrics: opts.metrics.clone(),
+                late_waiters: AtomicUsize::new(0),
             }),
         })
     }
@@ -566,7 +576,14 @@ impl RedisStore {
         // Each slot's counters, in the order the script answers for them.
         let calls = groups.iter().map(|(slot, group)| {
             let counters = group.iter().map(|&i| counters[i].clone()).collect();
-            self.ask(lane, id.clone(), cross_slot, Some(*slot), counters, deadline)
+            self.ask(
+                lane,
+                id.clone(),
+                cross_slot,
+                Some(*slot),
+                counters,
+                deadline,
+            )
         });
         let answers = join_all(calls).await;
 
@@ -739,11 +756,14 @@ impl RedisStore {
             Conn::Standalone(lanes) => shared.ping(&lanes.get().conn).await,
             Conn::Cluster(cluster) => {
                 let Cluster { client, lanes } = &**cluster;
-                let lane = self.cluster_lane(client, lanes.get()).await.inspect_err(|e| {
-                    if matches!(e, StoreError::Connection(_) | StoreError::Timeout(_)) {
-                        shared.node.unreachable();
-                    }
-                })?;
+                let lane = self
+                    .cluster_lane(client, lanes.get())
+                    .await
+                    .inspect_err(|e| {
+                        if matches!(e, StoreError::Connection(_) | StoreError::Timeout(_)) {
+                            shared.node.unreachable();
+                        }
+                    })?;
                 shared.ping(&lane.conn).await
             }
         }
@@ -815,17 +835,17 @@ impl Shared {
         result
     }
 
-    /// A reply that came after the callers had given up: counts whether the call expired or
-    /// admitted requests (and so recorded their hits).
-    fn late(&self, slot: Option<Slot>, sent: Instant, reply: &[u8], parts: &[CallPart<'_>]) {
-        let Ok(answer) = script::parse(reply, parts) else {
+    /// A reply that came after the callers had given up: counts whether the call expired or ran
+    /// (and so recorded the hits of the requests it admitted).
+    fn late(&self, slot: Option<Slot>, sent: Instant, reply: &[u8]) {
+        let Some((now, expired)) = script::header(reply) else {
             return;
         };
-        self.clocks.observe(slot, sent, Instant::now(), answer.now);
-        match answer.replies {
-            None => self.metrics.deadline_expired(),
-            Some(replies) if replies.iter().any(|r| r.allowed) => self.metrics.late_recorded(),
-            Some(_) => {}
+        self.clocks.observe(slot, sent, Instant::now(), now);
+        if expired {
+            self.metrics.deadline_expired();
+        } else {
+            self.metrics.late_recorded();
         }
     }
 }
@@ -936,9 +956,16 @@ async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, batch: Vec<Que
         }
         shared.metrics.call(CallResult::Timeout, None);
         shared.node.unreachable();
-        if let Ok(Ok(reply)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await {
-            shared.late(slot, sent, &reply, &parts);
+        // Only the reply's header matters now: free the requests while waiting (a frozen Redis
+        // may hold thousands of calls).
+        drop(parts);
+        drop(requests);
+        if shared.late_waiters.fetch_add(1, Ordering::Relaxed) < MAX_LATE_WAITERS
+            && let Ok(Ok(reply)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await
+        {
+            shared.late(slot, sent, &reply);
         }
+        shared.late_waiters.fetch_sub(1, Ordering::Relaxed);
         return;
     };
     let received = Instant::now();

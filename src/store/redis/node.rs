@@ -15,7 +15,7 @@
 //! and admits up to its limit again. A server that refuses `CONFIG` (managed Redis, ACLs) is noted
 //! at debug level and left alone. In a cluster the command goes to one node at random.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use prometheus::IntGauge;

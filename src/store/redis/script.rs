@@ -240,6 +240,15 @@ pub struct Answer {
     pub replies: Option<Vec<Reply>>,
 }
 
+/// The header of a reply: the server's `TIME` (microseconds) and whether the call expired.
+pub fn header(reply: &[u8]) -> Option<(u64, bool)> {
+    let value = |i: usize| {
+        let bytes = reply.get(8 * i..8 * (i + 1))?;
+        Some(i64::from_le_bytes(bytes.try_into().ok()?))
+    };
+    Some((u64::try_from(value(0)?).unwrap_or(0), value(1)? == 1))
+}
+
 /// Reads the script's answer to a [`command`]: 64-bit little-endian integers, the header `now,
 /// expired`, then (unless expired) per part `allowed, (over, count, reset_after_us, reset1_us,
 /// bucket)*`.
@@ -252,10 +261,7 @@ pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Answer, StoreError>
         .chunks_exact(8)
         .map(|v| i64::from_le_bytes(v.try_into().unwrap_or_default()))
         .collect();
-    let (now, expired) = match values.as_slice() {
-        [now, expired, ..] => (*now, *expired == 1),
-        _ => (0, false),
-    };
+    let (now, expired) = header(reply).unwrap_or((0, false));
     let expected = if expired { HEADER } else { HEADER + decided };
     if reply.len() != 8 * expected {
         return Err(StoreError::Backend(format!(
@@ -264,7 +270,6 @@ pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Answer, StoreError>
             expected
         )));
     }
-    let now = u64::try_from(now).unwrap_or(0);
     if expired {
         return Ok(Answer { now, replies: None });
     }
