@@ -68,8 +68,13 @@
 //! Every call runs under the constructor's timeout (`tokio::time::timeout`), because a client that
 //! waits for a dead server holds every request hostage. Errors are [`StoreError::Timeout`],
 //! [`StoreError::Connection`] or [`StoreError::Backend`]; what they mean for the request
-//! (`--failure-mode`) is the limiter's decision. A call that times out may still have run on Redis
-//! (its hits then count, and the caller's failure mode decides the request). Sockets use
+//! (`--failure-mode`) is the limiter's decision. A call that reaches Redis after its callers'
+//! deadline decides nothing and records nothing (the `deadline` module: the deadline travels in
+//! Redis's clock, estimated from the `TIME` earlier replies reported); one that ran in time but
+//! whose reply came late keeps its hits, and is counted. A Redis at `maxmemory` (`noeviction`)
+//! refuses the script before it runs: [`StoreError::OutOfMemory`], logged at most every 10 s.
+//! The `node` module tracks whether the node answers and warns about eviction policies that can
+//! evict counters. Sockets use
 //! `TCP_NODELAY` and `TCP_USER_TIMEOUT`, so a silently dead connection errors and is replaced
 //! instead of timing out forever.
 //!
