@@ -55,7 +55,8 @@ if deadline > 0 and now > deadline then
   return struct.pack('<i8i8', now, 1)
 end
 local tracked = ARGV[2] == '1'
-local out = {}
+-- The reply's header, then each request's answer.
+local out = { now, 0 }
 
 -- Time at which the k-th oldest hit of `key` leaves the window, or nil if it holds fewer.
 local function dropped_at(key, k, window)
@@ -381,7 +382,7 @@ for _ = 1, tonumber(ARGV[1]) do
   end
 end
 -- Packed in slices: `unpack` passes its values on Lua's stack, which holds about 8000.
-local packed = { struct.pack('<i8i8', now, 0) }
+local packed = {}
 for i = 1, #out, 1000 do
   local j = math.min(i + 999, #out)
   packed[#packed + 1] = struct.pack('<' .. string.rep('i8', j - i + 1), unpack(out, i, j))
