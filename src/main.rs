@@ -834,6 +834,7 @@ async fn open_store(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Arc<d
         connections: usize::from(args.workers) + 1,
         // A script call batching several requests adds no more than one request may.
         max_call_hits: args.max_hits,
+        metrics: metrics.redis(),
     };
     let store = connect(&opts).await.with_context(|| match &opts.sentinel {
         // The error names the sentinels and the master; the rest of the options add nothing.

@@ -9,8 +9,13 @@
 //! | `slidegate_no_rule_total` | counter | `domain` | descriptors of a known domain that matched no rule (answered OK) |
 //! | `slidegate_request_duration_seconds` | histogram | `transport` (`grpc`, `json`, `check`) | time to answer one request |
 //! | `slidegate_store_duration_seconds` | histogram | | time of one store decision (one round trip) |
-//! | `slidegate_store_errors_total` | counter | `kind` (`timeout`, `connection`, `backend`) | failed store decisions |
+//! | `slidegate_store_errors_total` | counter | `kind` (`timeout`, `connection`, `oom`, `backend`) | failed store decisions (`oom`: Redis at `maxmemory` refused the write) |
 //! | `slidegate_store_failovers_total` | counter | | Redis Sentinel failovers followed: the sentinels named a new primary and the store moved to it |
+//! | `slidegate_redis_call_duration_seconds` | histogram | | time of one script call to Redis that got an answer (a call may decide several requests) |
+//! | `slidegate_redis_calls_total` | counter | `result` (`ok`, `expired`, `timeout`, `connection`, `oom`, `backend`) | script calls to Redis by how they ended for their callers |
+//! | `slidegate_redis_deadline_expired_total` | counter | | script calls that reached Redis after their callers' deadline and recorded nothing, answered in time or late |
+//! | `slidegate_redis_late_recorded_total` | counter | | script calls answered after their callers gave up that had run before the deadline: the hits of the requests they admitted count although the callers got the failure mode |
+//! | `slidegate_redis_node_up` | gauge | `node` (`host:port`; `cluster` for a cluster) | 1 while the last call or health check on the node got an answer, 0 after one failed to connect or timed out |
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
 //! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |
 //! | `slidegate_rules_loaded` | gauge | | rules in the live rule set |
@@ -62,6 +67,131 @@ const BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5,
 ];
+
+/// How a script call to Redis ended for its callers (`slidegate_redis_calls_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallResult {
+    Ok,
+    /// The call reached Redis after its deadline and decided nothing.
+    Expired,
+    Timeout,
+    Connection,
+    /// Redis at `maxmemory` (`noeviction`) refused the write.
+    Oom,
+    Backend,
+}
+
+impl CallResult {
+    const ALL: [CallResult; 6] = [
+        CallResult::Ok,
+        CallResult::Expired,
+        CallResult::Timeout,
+        CallResult::Connection,
+        CallResult::Oom,
+        CallResult::Backend,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallResult::Ok => "ok",
+            CallResult::Expired => "expired",
+            CallResult::Timeout => "timeout",
+            CallResult::Connection => "connection",
+            CallResult::Oom => "oom",
+            CallResult::Backend => "backend",
+        }
+    }
+}
+
+/// The Redis store's own metrics, handed to it at connect: what each script call to Redis did,
+/// below the per-decision view of `slidegate_store_*`. Cheap to clone (handles to the series).
+#[derive(Clone, Debug)]
+pub struct RedisMetrics {
+    call_duration: Histogram,
+    calls: [IntCounter; 6],
+    deadline_expired: IntCounter,
+    late_recorded: IntCounter,
+    node_up: IntGaugeVec,
+}
+
+impl Default for RedisMetrics {
+    /// Metrics registered nowhere (a store built without a [`Metrics`], as in tests and benches).
+    fn default() -> Self {
+        RedisMetrics::new(&Registry::new()).expect("metric definitions are valid")
+    }
+}
+
+impl RedisMetrics {
+    fn new(registry: &Registry) -> prometheus::Result<RedisMetrics> {
+        let call_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "slidegate_redis_call_duration_seconds",
+                "Time of one script call to Redis that got an answer (it may decide several requests).",
+            )
+            .buckets(BUCKETS.to_vec()),
+        )?;
+        registry.register(Box::new(call_duration.clone()))?;
+        let calls = IntCounterVec::new(
+            Opts::new(
+                "slidegate_redis_calls_total",
+                "Script calls to Redis by result (ok, expired, timeout, connection, oom, backend).",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(calls.clone()))?;
+        let deadline_expired = IntCounter::new(
+            "slidegate_redis_deadline_expired_total",
+            "Script calls that reached Redis after their callers' deadline and recorded nothing.",
+        )?;
+        registry.register(Box::new(deadline_expired.clone()))?;
+        let late_recorded = IntCounter::new(
+            "slidegate_redis_late_recorded_total",
+            "Script calls answered after their callers gave up that ran before the deadline and \
+             recorded their hits.",
+        )?;
+        registry.register(Box::new(late_recorded.clone()))?;
+        let node_up = IntGaugeVec::new(
+            Opts::new(
+                "slidegate_redis_node_up",
+                "1 while the last call or health check on the Redis node got an answer, 0 after \
+                 one failed to connect or timed out.",
+            ),
+            &["node"],
+        )?;
+        registry.register(Box::new(node_up.clone()))?;
+        Ok(RedisMetrics {
+            call_duration,
+            calls: CallResult::ALL.map(|r| calls.with_label_values(&[r.as_str()])),
+            deadline_expired,
+            late_recorded,
+            node_up,
+        })
+    }
+
+    /// A script call that ended for its callers with `result`, after `elapsed` if it got an
+    /// answer.
+    pub fn call(&self, result: CallResult, elapsed: Option<Duration>) {
+        self.calls[result as usize].inc();
+        if let Some(elapsed) = elapsed {
+            self.call_duration.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// A script call that reached Redis after its deadline (answered in time or late).
+    pub fn deadline_expired(&self) {
+        self.deadline_expired.inc();
+    }
+
+    /// A script call answered after its callers gave up that recorded its hits.
+    pub fn late_recorded(&self) {
+        self.late_recorded.inc();
+    }
+
+    /// The gauge of one node (a redacted address: never credentials).
+    pub fn node(&self, node: &str) -> IntGauge {
+        self.node_up.with_label_values(&[node])
+    }
+}
 
 /// The outcome of one descriptor, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +291,7 @@ pub struct Metrics {
     tls_handshake_failures: IntCounterVec,
     tls_reloads: IntCounterVec,
     tls_expiry: IntGauge,
+    redis: RedisMetrics,
     rule_cache: RwLock<RuleCache>,
 }
 
@@ -228,7 +359,7 @@ impl Metrics {
         )?;
         let store_errors = counter_vec(
             "slidegate_store_errors_total",
-            "Failed store decisions by kind (timeout, connection, backend).",
+            "Failed store decisions by kind (timeout, connection, oom, backend).",
             &["kind"],
         )?;
         let failure_mode = counter_vec(
@@ -327,7 +458,7 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        for kind in ["timeout", "connection", "backend"] {
+        for kind in ["timeout", "connection", "oom", "backend"] {
             store_errors.with_label_values(&[kind]);
         }
         for mode in ["error", "allow", "deny"] {
@@ -337,6 +468,7 @@ impl Metrics {
             config_reloads.with_label_values(&[result]);
             tls_reloads.with_label_values(&[result]);
         }
+        let redis = RedisMetrics::new(&registry)?;
         Ok(Metrics {
             registry,
             decisions,
@@ -359,6 +491,7 @@ impl Metrics {
             tls_handshake_failures,
             tls_reloads,
             tls_expiry,
+            redis,
             rule_cache: RwLock::new(RuleCache::default()),
         })
     }
@@ -497,6 +630,11 @@ impl Metrics {
         self.store_duration.observe(elapsed.as_secs_f64());
     }
 
+    /// The Redis store's metrics (hand them to it in `RedisOptions`).
+    pub fn redis(&self) -> RedisMetrics {
+        self.redis.clone()
+    }
+
     /// A failed store decision.
     pub fn store_error(&self, kind: &str) {
         self.store_errors.with_label_values(&[kind]).inc();
@@ -574,6 +712,11 @@ mod tests {
         metrics.no_rule("api");
         metrics.observe_request(Transport::Check, Duration::from_millis(1));
         metrics.observe_store(Duration::from_millis(1));
+        metrics
+            .redis()
+            .call(CallResult::Oom, Some(Duration::from_millis(1)));
+        metrics.redis().deadline_expired();
+        metrics.redis().node("127.0.0.1:6379").set(1);
         metrics.config_reload(true);
         let served = crate::config::Checksum::of(&[]);
         metrics.set_config_status(&ConfigStatus {
@@ -591,6 +734,13 @@ mod tests {
             "slidegate_request_duration_seconds_count{transport=\"check\"} 1",
             "slidegate_store_duration_seconds_count 1",
             "slidegate_store_errors_total{kind=\"timeout\"} 0",
+            "slidegate_store_errors_total{kind=\"oom\"} 0",
+            "slidegate_redis_call_duration_seconds_count 1",
+            "slidegate_redis_calls_total{result=\"oom\"} 1",
+            "slidegate_redis_calls_total{result=\"ok\"} 0",
+            "slidegate_redis_deadline_expired_total 1",
+            "slidegate_redis_late_recorded_total 0",
+            "slidegate_redis_node_up{node=\"127.0.0.1:6379\"} 1",
             "slidegate_failure_mode_total{mode=\"deny\"} 0",
             "slidegate_config_reloads_total{result=\"success\"} 1",
             "slidegate_rules_loaded 0",

@@ -180,16 +180,20 @@ pub enum StoreError {
     Timeout(Duration),
     #[error("store connection failed: {0}")]
     Connection(String),
+    /// Redis at `maxmemory` with `noeviction` refused to record hits.
+    #[error("store out of memory: {0}")]
+    OutOfMemory(String),
     #[error("store error: {0}")]
     Backend(String),
 }
 
 impl StoreError {
-    /// A short, stable label for metrics (`timeout`, `connection`, `backend`).
+    /// A short, stable label for metrics (`timeout`, `connection`, `oom`, `backend`).
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "timeout",
             StoreError::Connection(_) => "connection",
+            StoreError::OutOfMemory(_) => "oom",
             StoreError::Backend(_) => "backend",
         }
     }

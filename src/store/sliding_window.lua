@@ -1,3 +1,8 @@
+#!lua
+-- The flags line above (no flags: Redis 7.0 or later) makes Redis check `maxmemory` before the
+-- script runs: at the limit with `noeviction` it refuses the whole call with an OOM error. A
+-- script without it would be refused only at its first write, and once a script has written
+-- (the trim below always does), Redis lets the rest of it write past the limit.
 -- slidegate sliding-window decision: the requests of one call in order, each all or nothing.
 --
 -- Each counter is a sorted set: score = time of a hit in microseconds (Redis's own clock, so every
@@ -11,6 +16,8 @@
 --
 -- ARGV[1]   the number of requests
 -- ARGV[2]   '1' if each counter's provisional log follows its request's keys (cluster), else '0'
+-- ARGV[3]   the call's deadline in this server's clock (microseconds of TIME), '0' for none: a
+--           call that starts later decides nothing and writes nothing (its caller has given up)
 -- then per request:
 --   id      the request id: member of its first hit on a key; hit n > 1 is id .. ':' .. n
 --   part    '1' if this is one slot's part of a cross-slot request, else '0'
@@ -21,7 +28,10 @@
 --   slot denies the request (for a bucket counter a hash: bucket index -> provisional hits)
 --
 -- Returns one string of 64-bit little-endian integers (`struct.pack`): parsing one bulk string
--- costs the client a fraction of an array of small integers, and Redis no more. Per request:
+-- costs the client a fraction of an array of small integers, and Redis no more. First the header:
+--   now             TIME in microseconds (the client estimates this server's clock from it)
+--   expired         1 if the deadline had passed: then the reply ends here and nothing was written
+-- then per request:
 --   allowed, then per counter: over, count, reset_after_us, reset1_us, bucket
 --   over            1 if this counter cannot take the request's hits
 --   count           hits in the window after the decision
@@ -40,8 +50,13 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local deadline = tonumber(ARGV[3])
+if deadline > 0 and now > deadline then
+  return struct.pack('<i8i8', now, 1)
+end
 local tracked = ARGV[2] == '1'
-local out = {}
+-- The reply's header, then each request's answer.
+local out = { now, 0 }
 
 -- Time at which the k-th oldest hit of `key` leaves the window, or nil if it holds fewer.
 local function dropped_at(key, k, window)
@@ -354,7 +369,7 @@ local function decide(rid, part, n, k0, a0)
   end
 end
 
-local a = 3
+local a = 4
 local k = 1
 for _ = 1, tonumber(ARGV[1]) do
   local n = tonumber(ARGV[a + 2])

@@ -68,15 +68,22 @@
 //! Every call runs under the constructor's timeout (`tokio::time::timeout`), because a client that
 //! waits for a dead server holds every request hostage. Errors are [`StoreError::Timeout`],
 //! [`StoreError::Connection`] or [`StoreError::Backend`]; what they mean for the request
-//! (`--failure-mode`) is the limiter's decision. A call that times out may still have run on Redis
-//! (its hits then count, and the caller's failure mode decides the request). Sockets use
+//! (`--failure-mode`) is the limiter's decision. A call that reaches Redis after its callers'
+//! deadline decides nothing and records nothing (the `deadline` module: the deadline travels in
+//! Redis's clock, estimated from the `TIME` earlier replies reported); one that ran in time but
+//! whose reply came late keeps its hits, and is counted. A Redis at `maxmemory` (`noeviction`)
+//! refuses the script before it runs: [`StoreError::OutOfMemory`], logged at most every 10 s.
+//! The `node` module tracks whether the node answers and warns about eviction policies that can
+//! evict counters. Sockets use
 //! `TCP_NODELAY` and `TCP_USER_TIMEOUT`, so a silently dead connection errors and is replaced
 //! instead of timing out forever.
 //!
 //! Passwords never leave this module in any text: URLs are shown through [`redact_url`], and client
 //! error messages are scrubbed of the configured passwords.
 
+mod deadline;
 mod deny_cache;
+mod node;
 mod per_thread;
 mod redact;
 pub mod script;
@@ -86,6 +93,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -98,12 +106,17 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::{OnceCell, oneshot};
 
+use deadline::ServerClocks;
 pub use deny_cache::{DenyCache, Lookup, Refresh};
+use node::NodeHealth;
+pub use node::SAFE_POLICIES;
 use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
 use script::{CallPart, Reply, Reported, RequestIds};
 pub use sentinel::SentinelOptions;
 use sentinel::{PrimaryConn, Sentinels};
+
+use crate::metrics::{CallResult, RedisMetrics};
 
 use super::{Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
 
@@ -118,6 +131,17 @@ pub const DEFAULT_DENY_CACHE: usize = 100_000;
 
 /// Default of [`RedisOptions::max_call_hits`]: the limiter's default budget for one request.
 pub const DEFAULT_MAX_CALL_HITS: u64 = 4096;
+
+/// How long a batch task keeps waiting, after its callers timed out, for the late reply that says
+/// whether the call expired or recorded its hits (`slidegate_redis_*` metrics); the reply is
+/// dropped unread after that.
+const LATE_REPLY_WAIT: Duration = Duration::from_secs(10);
+
+/// Most calls waiting for their late reply at once, per store: each holds about 2.5 KB (its
+/// task and the client's future), so a frozen Redis that thousands of calls time out against
+/// costs at most about 1.3 MB. Calls beyond it are not waited for (nor counted as expired or
+/// late).
+const MAX_LATE_WAITERS: usize = 512;
 
 /// How a socket reports a peer that stopped answering: unacknowledged data for this long fails
 /// the connection, which [`ConnectionManager`] then replaces.
@@ -157,6 +181,9 @@ pub struct RedisOptions {
     /// into one call never holds Redis longer than the largest single request may. A request
     /// alone always gets its call.
     pub max_call_hits: u64,
+    /// Where the store counts its calls to Redis (`Metrics::redis`); registered nowhere by
+    /// default.
+    pub metrics: RedisMetrics,
 }
 
 impl Default for RedisOptions {
@@ -172,6 +199,7 @@ impl Default for RedisOptions {
             deny_cache: DEFAULT_DENY_CACHE,
             connections: 1,
             max_call_hits: DEFAULT_MAX_CALL_HITS,
+            metrics: RedisMetrics::default(),
         }
     }
 }
@@ -260,6 +288,13 @@ struct Shared {
     redactor: Redactor,
     /// Redacted endpoint(s), for Debug and messages.
     endpoint: String,
+    /// Each server's clock, for the calls' deadlines.
+    clocks: ServerClocks,
+    metrics: RedisMetrics,
+    /// The node (standalone) or the cluster as a whole, as calls see it.
+    node: NodeHealth,
+    /// Calls waiting for their late reply now (at most [`MAX_LATE_WAITERS`]).
+    late_waiters: AtomicUsize,
 }
 
 /// A connection (standalone, or a cluster's) and the requests waiting for its next script call.
@@ -300,6 +335,8 @@ struct Queued {
     /// The counters' cluster slot (`None` on standalone).
     slot: Option<Slot>,
     counters: Vec<Counter>,
+    /// When the caller gives up.
+    deadline: Instant,
     answer: oneshot::Sender<Result<Reply, StoreError>>,
 }
 
@@ -365,6 +402,11 @@ impl RedisStore {
                 redactor.clean(&e.to_string())
             ))
         };
+        // A node's address without credentials (a standalone URL's host and port).
+        let node = match (opts.cluster_nodes.is_empty(), infos.first()) {
+            (true, Some(info)) => info.addr().to_string(),
+            _ => "cluster".to_string(),
+        };
         let conn = if opts.cluster_nodes.is_empty() {
             let info = infos.remove(0);
             let client = match certs {
@@ -392,7 +434,7 @@ impl RedisStore {
                 lanes: PerThread::new(opts.connections, || Ok::<_, StoreError>(OnceCell::new()))?,
             }))
         };
-        Ok(Self::with_conn(opts, conn, redactor, endpoint))
+        Ok(Self::with_conn(opts, conn, redactor, endpoint, node))
     }
 
     fn with_conn(
@@ -400,8 +442,10 @@ impl RedisStore {
         conn: Conn,
         redactor: Redactor,
         endpoint: String,
+        node: String,
     ) -> RedisStore {
         let deny_cache = (opts.deny_cache > 0).then(|| DenyCache::new(opts.deny_cache));
+        let cluster = matches!(conn, Conn::Cluster(_));
         RedisStore {
             conn,
             ids: RequestIds::new(),
@@ -412,6 +456,10 @@ impl RedisStore {
                 max_call_hits: opts.max_call_hits,
                 redactor,
                 endpoint,
+                clocks: ServerClocks::new(cluster),
+                node: NodeHealth::new(node.clone(), opts.metrics.node(&node)),
+                metrics: opts.metrics.clone(),
+                late_waiters: AtomicUsize::new(0),
             }),
         }
     }
@@ -454,6 +502,7 @@ impl RedisStore {
             Conn::Sentinel(lanes),
             redactor,
             endpoint,
+            "sentinel".to_string(),
         ))
     }
 
@@ -469,6 +518,7 @@ impl RedisStore {
 
     /// Asks Redis for the decision on `counters` (a request, or one slot's part of one) in the
     /// next script call of this worker's [`Lane`].
+    #[allow(clippy::too_many_arguments)]
     async fn ask<C: LaneConn>(
         &self,
         lane: &Arc<Lane<C>>,
@@ -476,6 +526,7 @@ impl RedisStore {
         provisional: bool,
         slot: Option<Slot>,
         counters: Vec<Counter>,
+        deadline: Instant,
     ) -> Result<Reply, StoreError> {
         let (answer, reply) = oneshot::channel();
         let first = {
@@ -485,6 +536,7 @@ impl RedisStore {
                 provisional,
                 slot,
                 counters,
+                deadline,
                 answer,
             });
             queue.len() == 1
@@ -590,6 +642,7 @@ impl RedisStore {
         &self,
         lane: &Arc<Lane<ClusterConnection>>,
         counters: &[Counter],
+        deadline: Instant,
     ) -> Result<Reply, StoreError> {
         let keys: Vec<String> = counters.iter().map(|c| self.redis_key(&c.key)).collect();
         let id = self.ids.next();
@@ -598,7 +651,14 @@ impl RedisStore {
         // Each slot's counters, in the order the script answers for them.
         let calls = groups.iter().map(|(slot, group)| {
             let counters = group.iter().map(|&i| counters[i].clone()).collect();
-            self.ask(lane, id.clone(), cross_slot, Some(*slot), counters)
+            self.ask(
+                lane,
+                id.clone(),
+                cross_slot,
+                Some(*slot),
+                counters,
+                deadline,
+            )
         });
         let answers = join_all(calls).await;
 
@@ -729,7 +789,11 @@ impl RedisStore {
         .map_err(|e| self.error(e))
     }
 
-    async fn decide_inner(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
+    async fn decide_inner(
+        &self,
+        counters: &[Counter],
+        deadline: Instant,
+    ) -> Result<Decision, StoreError> {
         if counters.is_empty() {
             return Ok(Decision {
                 allowed: true,
@@ -744,18 +808,18 @@ impl RedisStore {
         let reply = match &self.conn {
             Conn::Standalone(lanes) => {
                 let id = self.ids.next();
-                self.ask(lanes.get(), id, false, None, counters.to_vec())
+                self.ask(lanes.get(), id, false, None, counters.to_vec(), deadline)
                     .await?
             }
             Conn::Sentinel(lanes) => {
                 let id = self.ids.next();
-                self.ask(lanes.get(), id, false, None, counters.to_vec())
+                self.ask(lanes.get(), id, false, None, counters.to_vec(), deadline)
                     .await?
             }
             Conn::Cluster(cluster) => {
                 let Cluster { client, lanes } = &**cluster;
                 let lane = self.cluster_lane(client, lanes.get()).await?;
-                self.ask_cluster(lane, counters).await?
+                self.ask_cluster(lane, counters, deadline).await?
             }
         };
         self.remember(counters, &reply, sent, refreshes);
@@ -765,26 +829,25 @@ impl RedisStore {
         })
     }
 
+    /// `PING`s the node; the answer (or its absence) also updates the node's state.
     async fn ping_inner(&self) -> Result<(), StoreError> {
-        let ping = ::redis::cmd("PING");
+        let shared = &self.shared;
         match &self.conn {
-            Conn::Standalone(lanes) => {
-                ping.query_async::<::redis::Value>(&mut lanes.get().conn.clone())
-                    .await
-            }
-            Conn::Sentinel(lanes) => {
-                ping.query_async::<::redis::Value>(&mut lanes.get().conn.clone())
-                    .await
-            }
+            Conn::Standalone(lanes) => shared.ping(&lanes.get().conn).await,
+            Conn::Sentinel(lanes) => shared.ping(&lanes.get().conn).await,
             Conn::Cluster(cluster) => {
                 let Cluster { client, lanes } = &**cluster;
-                let lane = self.cluster_lane(client, lanes.get()).await?;
-                ping.query_async::<::redis::Value>(&mut lane.conn.clone())
+                let lane = self
+                    .cluster_lane(client, lanes.get())
                     .await
+                    .inspect_err(|e| {
+                        if matches!(e, StoreError::Connection(_) | StoreError::Timeout(_)) {
+                            shared.node.unreachable();
+                        }
+                    })?;
+                shared.ping(&lane.conn).await
             }
         }
-        .map(|_| ())
-        .map_err(|e| self.error(e))
     }
 
     fn error(&self, e: RedisError) -> StoreError {
@@ -796,9 +859,13 @@ impl RedisStore {
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let timeout = self.shared.timeout;
-        tokio::time::timeout(timeout, call)
+        let result = tokio::time::timeout(timeout, call)
             .await
-            .unwrap_or(Err(StoreError::Timeout(timeout)))
+            .unwrap_or(Err(StoreError::Timeout(timeout)));
+        if let Err(StoreError::Timeout(_)) = &result {
+            self.shared.node.unreachable();
+        }
+        result
     }
 }
 
@@ -808,6 +875,8 @@ impl Shared {
         let text = self.redactor.clean(&e.to_string());
         if e.is_timeout() {
             StoreError::Timeout(self.timeout)
+        } else if e.code() == Some("OOM") {
+            StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
         } else if e.is_io_error()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
@@ -816,6 +885,48 @@ impl Shared {
             StoreError::Connection(format!("{}: {text}", self.endpoint))
         } else {
             StoreError::Backend(format!("{}: {text}", self.endpoint))
+        }
+    }
+
+    /// What a call's answer (or failure) tells about the node: up when it answered, down when it
+    /// could not be reached; an answer after an outage (or the first) has its eviction policy
+    /// checked, an OOM refusal is logged.
+    fn note<C: LaneConn>(&self, conn: &C, result: Result<(), &StoreError>) {
+        match result {
+            Err(StoreError::Connection(_) | StoreError::Timeout(_)) => self.node.unreachable(),
+            other => {
+                if let Err(StoreError::OutOfMemory(text)) = other {
+                    self.node.out_of_memory(text);
+                }
+                if self.node.answered() {
+                    self.node
+                        .check_policy(conn.clone(), self.redactor.clone(), self.timeout);
+                }
+            }
+        }
+    }
+
+    async fn ping<C: LaneConn>(&self, conn: &C) -> Result<(), StoreError> {
+        let result = ::redis::cmd("PING")
+            .query_async::<::redis::Value>(&mut conn.clone())
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(e));
+        self.note(conn, result.as_ref().map(|_| ()));
+        result
+    }
+
+    /// A reply that came after the callers had given up: counts whether the call expired or ran
+    /// (and so recorded the hits of the requests it admitted).
+    fn late(&self, slot: Option<Slot>, sent: Instant, reply: &[u8]) {
+        let Some((now, expired)) = script::header(reply) else {
+            return;
+        };
+        self.clocks.observe(slot, sent, Instant::now(), now);
+        if expired {
+            self.metrics.deadline_expired();
+        } else {
+            self.metrics.late_recorded();
         }
     }
 }
@@ -892,38 +1003,98 @@ fn call_cost(q: &Queued) -> u64 {
 }
 
 /// One script call for `batch`, each request answered with its part of the reply (or the error).
+///
+/// The call carries its callers' earliest deadline in the server's clock (see the `deadline`
+/// module): if it reaches Redis later, the script decides nothing. When the call outlives the
+/// timeout its callers are answered at once, and the task waits on (up to [`LATE_REPLY_WAIT`])
+/// for the late reply, to count whether the call expired or recorded hits.
 async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, batch: Vec<Queued>) {
-    let parts: Vec<CallPart<'_>> = batch
+    let slot = batch.first().and_then(|q| q.slot);
+    let deadline = batch.iter().map(|q| q.deadline).min();
+    let (answers, requests): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .map(|q| (q.answer, (q.id, q.provisional, q.counters)))
+        .unzip();
+    let parts: Vec<CallPart<'_>> = requests
         .iter()
-        .map(|q| CallPart {
-            id: &q.id,
-            provisional: q.provisional,
-            counters: &q.counters,
+        .map(|(id, provisional, counters)| CallPart {
+            id,
+            provisional: *provisional,
+            counters,
         })
         .collect();
-    let cmd = script::command(&shared.prefix, lane.cluster, &parts);
-    // By the timeout every caller of the batch has given up (each one's own timeout started
-    // before the call was sent): stop holding the batch, or a frozen Redis would hold every
-    // request it was sent.
+    let redis_deadline = deadline.map_or(0, |d| shared.clocks.deadline(slot, d));
+    let cmd = script::command(&shared.prefix, lane.cluster, redis_deadline, &parts);
     let mut conn = lane.conn.clone();
-    let call = script::run(&mut conn, &cmd);
-    let replies = match tokio::time::timeout(shared.timeout, call).await {
-        Ok(reply) => reply
-            .map_err(|e| shared.error(e))
-            .and_then(|reply| script::parse(&reply, &parts)),
-        Err(_) => Err(StoreError::Timeout(shared.timeout)),
+    let sent = Instant::now();
+    let mut call = std::pin::pin!(script::run(&mut conn, &cmd));
+    let Ok(reply) = tokio::time::timeout(shared.timeout, call.as_mut()).await else {
+        // By the timeout every caller of the batch has given up (each one's own timeout started
+        // before the call was sent): answer them now, or a frozen Redis would hold every request
+        // it was sent.
+        for answer in answers {
+            let _ = answer.send(Err(StoreError::Timeout(shared.timeout)));
+        }
+        shared.metrics.call(CallResult::Timeout, None);
+        shared.node.unreachable();
+        // Only the reply's header matters now: free the requests while waiting (a frozen Redis
+        // may hold thousands of calls).
+        drop(parts);
+        drop(requests);
+        if shared.late_waiters.fetch_add(1, Ordering::Relaxed) < MAX_LATE_WAITERS
+            && let Ok(Ok(reply)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await
+        {
+            shared.late(slot, sent, &reply);
+        }
+        shared.late_waiters.fetch_sub(1, Ordering::Relaxed);
+        return;
     };
-    match replies {
-        Ok(replies) => {
-            for (q, reply) in batch.into_iter().zip(replies) {
-                let _ = q.answer.send(Ok(reply));
+    let received = Instant::now();
+    let parsed = reply
+        .map_err(|e| shared.error(e))
+        .and_then(|reply| script::parse(&reply, &parts));
+    let (result, outcome) = match parsed {
+        Ok(script::Answer { now, replies }) => {
+            shared.clocks.observe(slot, sent, received, now);
+            match replies {
+                Some(replies) => (Ok(replies), CallResult::Ok),
+                None => {
+                    shared.metrics.deadline_expired();
+                    (
+                        Err(StoreError::Timeout(shared.timeout)),
+                        CallResult::Expired,
+                    )
+                }
             }
         }
         Err(e) => {
-            for q in batch {
-                let _ = q.answer.send(Err(e.clone()));
+            let outcome = call_result(&e);
+            (Err(e), outcome)
+        }
+    };
+    shared.metrics.call(outcome, Some(received - sent));
+    shared.note(&lane.conn, result.as_ref().map(|_| ()));
+    match result {
+        Ok(replies) => {
+            for (answer, reply) in answers.into_iter().zip(replies) {
+                let _ = answer.send(Ok(reply));
             }
         }
+        Err(e) => {
+            for answer in answers {
+                let _ = answer.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// The `slidegate_redis_calls_total` result of a failed call.
+fn call_result(e: &StoreError) -> CallResult {
+    match e {
+        StoreError::Timeout(_) => CallResult::Timeout,
+        StoreError::Connection(_) => CallResult::Connection,
+        StoreError::OutOfMemory(_) => CallResult::Oom,
+        StoreError::Backend(_) => CallResult::Backend,
     }
 }
 
@@ -990,7 +1161,9 @@ fn local_deny(counters: &[Counter], waits: Vec<Option<Duration>>) -> Decision {
 #[async_trait]
 impl Store for RedisStore {
     async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
-        self.with_timeout(self.decide_inner(counters)).await
+        let deadline = Instant::now() + self.shared.timeout;
+        self.with_timeout(self.decide_inner(counters, deadline))
+            .await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -1080,6 +1253,7 @@ mod tests {
             provisional: false,
             slot: slot.and_then(Slot::new),
             counters: Vec::new(),
+            deadline: Instant::now(),
             answer: oneshot::channel().0,
         };
         let ids = |batches: Vec<Vec<Queued>>| -> Vec<Vec<String>> {
@@ -1125,6 +1299,7 @@ mod tests {
                 shadow: false,
                 precision,
             }],
+            deadline: Instant::now(),
             answer: oneshot::channel().0,
         };
         let queued = |slot: Option<u16>, hits: u64| counted(slot, hits, Precision::Exact);

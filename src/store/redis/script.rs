@@ -117,15 +117,17 @@ pub struct CallPart<'a> {
 pub const PROVISIONAL_SUFFIX: &str = "p";
 
 /// The `EVALSHA` call deciding `parts` in order (in a cluster, all on one slot, and `logs` set:
-/// each counter's provisional log is passed after its part's keys).
+/// each counter's provisional log is passed after its part's keys). `deadline` is in the server's
+/// clock (microseconds of `TIME`, 0 for none; see the `deadline` module): a call that starts later
+/// decides nothing.
 ///
 /// Built straight into one [`::redis::Cmd`] buffer: each key is written as `prefix + key` without
 /// an intermediate `String`, and the script text is never part of a request (only its SHA; see
 /// [`run`] for the `NOSCRIPT` case).
-pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd {
+pub fn command(prefix: &str, logs: bool, deadline: u64, parts: &[CallPart<'_>]) -> ::redis::Cmd {
     let counters: usize = parts.iter().map(|p| p.counters.len()).sum();
     let keys = if logs { 2 * counters } else { counters };
-    let mut cmd = ::redis::Cmd::with_capacity(5 + keys + 3 * parts.len() + 5 * counters, 64 * keys);
+    let mut cmd = ::redis::Cmd::with_capacity(6 + keys + 3 * parts.len() + 5 * counters, 64 * keys);
     cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
     for part in parts {
         for c in part.counters {
@@ -137,7 +139,9 @@ pub fn command(prefix: &str, logs: bool, parts: &[CallPart<'_>]) -> ::redis::Cmd
             }
         }
     }
-    cmd.arg(parts.len()).arg(if logs { "1" } else { "0" });
+    cmd.arg(parts.len())
+        .arg(if logs { "1" } else { "0" })
+        .arg(deadline);
     for part in parts {
         cmd.arg(part.id)
             .arg(if part.provisional { "1" } else { "0" })
@@ -223,13 +227,42 @@ pub struct Reply {
 /// Integers the script answers per counter.
 const PER_COUNTER: usize = 5;
 
-/// Reads the script's answer to a [`command`]: 64-bit little-endian integers, per part
-/// `allowed, (over, count, reset_after_us, reset1_us, bucket)*`.
-pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreError> {
-    let expected: usize = parts
+/// Integers of the reply's header: the server's `TIME` and whether the call expired.
+const HEADER: usize = 2;
+
+/// What one script call answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The server's `TIME` when the script ran, in microseconds.
+    pub now: u64,
+    /// One reply per part, or `None` if the call reached Redis after its deadline and decided
+    /// nothing.
+    pub replies: Option<Vec<Reply>>,
+}
+
+/// The header of a reply: the server's `TIME` (microseconds) and whether the call expired.
+pub fn header(reply: &[u8]) -> Option<(u64, bool)> {
+    let value = |i: usize| {
+        let bytes = reply.get(8 * i..8 * (i + 1))?;
+        Some(i64::from_le_bytes(bytes.try_into().ok()?))
+    };
+    Some((u64::try_from(value(0)?).unwrap_or(0), value(1)? == 1))
+}
+
+/// Reads the script's answer to a [`command`]: 64-bit little-endian integers, the header `now,
+/// expired`, then (unless expired) per part `allowed, (over, count, reset_after_us, reset1_us,
+/// bucket)*`.
+pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Answer, StoreError> {
+    let decided: usize = parts
         .iter()
         .map(|p| 1 + PER_COUNTER * p.counters.len())
         .sum();
+    let values: Vec<i64> = reply
+        .chunks_exact(8)
+        .map(|v| i64::from_le_bytes(v.try_into().unwrap_or_default()))
+        .collect();
+    let (now, expired) = header(reply).unwrap_or((0, false));
+    let expected = if expired { HEADER } else { HEADER + decided };
     if reply.len() != 8 * expected {
         return Err(StoreError::Backend(format!(
             "sliding-window script returned {} bytes, expected {} integers",
@@ -237,11 +270,10 @@ pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreEr
             expected
         )));
     }
-    let values: Vec<i64> = reply
-        .chunks_exact(8)
-        .map(|v| i64::from_le_bytes(v.try_into().unwrap_or_default()))
-        .collect();
-    let mut rest = values.as_slice();
+    if expired {
+        return Ok(Answer { now, replies: None });
+    }
+    let mut rest = &values[HEADER..];
     let replies = parts
         .iter()
         .map(|part| {
@@ -250,7 +282,10 @@ pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Vec<Reply>, StoreEr
             parse_one(answer, part.counters)
         })
         .collect();
-    Ok(replies)
+    Ok(Answer {
+        now,
+        replies: Some(replies),
+    })
 }
 
 /// One part's `{allowed, (over, count, reset_after_us, reset1_us, bucket)*}`, its length already
@@ -335,7 +370,15 @@ mod tests {
         };
         let packed =
             |values: &[i64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
-        let replies = parse(&packed(&[0, 1, 5, 300, 250, -1]), &[part("a")]).expect("parse");
+        let decided = |values: &[i64], n: usize| -> Vec<Reply> {
+            let mut all = vec![1_800_000_000_000_000, 0];
+            all.extend_from_slice(values);
+            let parts: Vec<CallPart<'_>> = (0..n).map(|_| part("a")).collect();
+            let answer = parse(&packed(&all), &parts).expect("parse");
+            assert_eq!(answer.now, 1_800_000_000_000_000);
+            answer.replies.expect("decided")
+        };
+        let replies = decided(&[0, 1, 5, 300, 250, -1], 1);
         assert!(!replies[0].allowed);
         assert_eq!(replies[0].counters[0].result.remaining, 0);
         assert_eq!(
@@ -344,14 +387,24 @@ mod tests {
         );
         assert!(!replies[0].counters[0].provisional);
         assert_eq!(replies[0].counters[0].bucket, None);
-        let two = packed(&[0, 1, 5, 300, -2, -1, 1, 0, 2, 0, -1, 1_200_000]);
-        let replies = parse(&two, &[part("a"), part("b")]).expect("parse");
+        let replies = decided(&[0, 1, 5, 300, -2, -1, 1, 0, 2, 0, -1, 1_200_000], 2);
         assert!(replies[0].counters[0].provisional);
         assert_eq!(replies[0].counters[0].one_hit_fits_in, None);
         assert!(replies[1].allowed && replies[1].counters[0].result.remaining == 3);
         assert_eq!(replies[1].counters[0].bucket, Some(1_200_000));
-        assert!(parse(&packed(&[1]), &[part("a")]).is_err());
-        assert!(parse(&packed(&[1, 0, 1, 0, -1, -1]), &[part("a"), part("b")]).is_err());
-        assert!(parse(&two[..two.len() - 1], &[part("a"), part("b")]).is_err());
+        let expired = parse(&packed(&[7, 1]), &[part("a"), part("b")]).expect("expired");
+        assert_eq!(
+            expired,
+            Answer {
+                now: 7,
+                replies: None
+            }
+        );
+        assert!(parse(&packed(&[7, 0]), &[part("a")]).is_err());
+        assert!(parse(&packed(&[7, 0, 1]), &[part("a")]).is_err());
+        let one = packed(&[7, 0, 1, 0, 1, 0, -1, -1]);
+        assert!(parse(&one, &[part("a"), part("b")]).is_err());
+        assert!(parse(&one[..one.len() - 1], &[part("a")]).is_err());
+        assert!(parse(&[], &[part("a")]).is_err());
     }
 }
