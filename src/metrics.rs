@@ -10,6 +10,7 @@
 //! | `slidegate_request_duration_seconds` | histogram | `transport` (`grpc`, `json`, `check`) | time to answer one request |
 //! | `slidegate_store_duration_seconds` | histogram | | time of one store decision (one round trip) |
 //! | `slidegate_store_errors_total` | counter | `kind` (`timeout`, `connection`, `backend`) | failed store decisions |
+//! | `slidegate_store_redirections_total` | counter | `kind` (`moved`, `ask`, `tryagain`) | Redis Cluster replies that sent a script call to another node or asked for it again (slot migrations); the client retried them |
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
 //! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |
 //! | `slidegate_rules_loaded` | gauge | | rules in the live rule set |
@@ -317,6 +318,7 @@ impl Metrics {
             &["version"],
         )?;
         registry.register(Box::new(build_info.clone()))?;
+        registry.register(Box::new(StoreRedirections::new()?))?;
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
@@ -547,6 +549,51 @@ impl Metrics {
     }
 }
 
+/// `slidegate_store_redirections_total`, read from the Redis Cluster client's process-wide counts
+/// at every scrape (all 0 without a cluster; see `store::redis::redirections`).
+struct StoreRedirections {
+    counters: IntCounterVec,
+    /// Scrapes in parallel must not both add the same difference.
+    update: parking_lot::Mutex<()>,
+}
+
+impl StoreRedirections {
+    fn new() -> prometheus::Result<Self> {
+        let counters = IntCounterVec::new(
+            Opts::new(
+                "slidegate_store_redirections_total",
+                "Redis Cluster replies that sent a call to another node (moved, ask) or asked for \
+                 it again (tryagain: a slot migrating), by kind; the client retried them.",
+            ),
+            &["kind"],
+        )?;
+        Ok(StoreRedirections {
+            counters,
+            update: parking_lot::Mutex::new(()),
+        })
+    }
+}
+
+impl prometheus::core::Collector for StoreRedirections {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.counters.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let seen = crate::store::redis::redirections();
+        let _update = self.update.lock();
+        for (kind, total) in [
+            ("moved", seen.moved),
+            ("ask", seen.ask),
+            ("tryagain", seen.try_again),
+        ] {
+            let counter = self.counters.with_label_values(&[kind]);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+        self.counters.collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -579,6 +626,7 @@ mod tests {
             "slidegate_store_duration_seconds_count 1",
             "slidegate_store_errors_total{kind=\"timeout\"} 0",
             "slidegate_failure_mode_total{mode=\"deny\"} 0",
+            "slidegate_store_redirections_total{kind=\"tryagain\"}",
             "slidegate_config_reloads_total{result=\"success\"} 1",
             "slidegate_rules_loaded 0",
             "slidegate_config_loaded_timestamp_seconds 1800000000",
