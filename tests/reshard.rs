@@ -141,13 +141,18 @@ async fn resharding_hot_counters_under_load_fails_no_call_and_admits_at_most_n()
 
     let moving = Arc::new(AtomicBool::new(true));
     let load = Arc::new(Tally::default());
+    let slowest = Arc::new(AtomicU64::new(0));
     let hammers: Vec<_> = (0..HAMMERS)
         .map(|_| {
             let (client, domain) = (client.clone(), domain.clone());
             let (moving, load) = (Arc::clone(&moving), Arc::clone(&load));
+            let slowest = Arc::clone(&slowest);
             tokio::spawn(async move {
                 while moving.load(Ordering::Relaxed) {
+                    let started = Instant::now();
                     load.count(&decide(client.clone(), &domain, "user", "0-0").await);
+                    let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    slowest.fetch_max(took, Ordering::Relaxed);
                 }
             })
         })
@@ -187,7 +192,8 @@ async fn resharding_hot_counters_under_load_fails_no_call_and_admits_at_most_n()
     let (admitted, denied, failed) = load.get();
     eprintln!(
         "{MOVES} reshards of {SLOTS} slots in {took:?}: load {admitted} admitted, {denied} \
-         denied, {failed} failed; {} bursts",
+         denied, {failed} failed, slowest {} ms; {} bursts",
+        slowest.load(Ordering::Relaxed) / 1000,
         bursts.len()
     );
     assert!(
