@@ -16,6 +16,7 @@
 //! | `slidegate_redis_deadline_expired_total` | counter | | script calls that reached Redis after their callers' deadline and recorded nothing, answered in time or late |
 //! | `slidegate_redis_late_recorded_total` | counter | | script calls answered after their callers gave up that had run before the deadline: the hits of the requests they admitted count although the callers got the failure mode |
 //! | `slidegate_redis_node_up` | gauge | `node` (`host:port`; `cluster` for a cluster) | 1 while the last call or health check on the node got an answer, 0 after one failed to connect or timed out |
+//! | `slidegate_store_redirections_total` | counter | `kind` (`moved`, `ask`, `tryagain`) | Redis Cluster replies that sent a script call to another node or asked for it again (slot migrations); the client retried them |
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
 //! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |
 //! | `slidegate_rules_loaded` | gauge | | rules in the live rule set |
@@ -455,6 +456,7 @@ impl Metrics {
             &["version"],
         )?;
         registry.register(Box::new(build_info.clone()))?;
+        registry.register(Box::new(StoreRedirections::new()?))?;
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
@@ -698,6 +700,51 @@ impl Metrics {
     }
 }
 
+/// `slidegate_store_redirections_total`, read from the Redis Cluster client's process-wide counts
+/// at every scrape (all 0 without a cluster; see `store::redis::redirections`).
+struct StoreRedirections {
+    counters: IntCounterVec,
+    /// Scrapes in parallel must not both add the same difference.
+    update: parking_lot::Mutex<()>,
+}
+
+impl StoreRedirections {
+    fn new() -> prometheus::Result<Self> {
+        let counters = IntCounterVec::new(
+            Opts::new(
+                "slidegate_store_redirections_total",
+                "Redis Cluster replies that sent a call to another node (moved, ask) or asked for \
+                 it again (tryagain: a slot migrating), by kind; the client retried them.",
+            ),
+            &["kind"],
+        )?;
+        Ok(StoreRedirections {
+            counters,
+            update: parking_lot::Mutex::new(()),
+        })
+    }
+}
+
+impl prometheus::core::Collector for StoreRedirections {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.counters.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let seen = crate::store::redis::redirections();
+        let _update = self.update.lock();
+        for (kind, total) in [
+            ("moved", seen.moved),
+            ("ask", seen.ask),
+            ("tryagain", seen.try_again),
+        ] {
+            let counter = self.counters.with_label_values(&[kind]);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+        self.counters.collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -742,6 +789,7 @@ mod tests {
             "slidegate_redis_late_recorded_total 0",
             "slidegate_redis_node_up{node=\"127.0.0.1:6379\"} 1",
             "slidegate_failure_mode_total{mode=\"deny\"} 0",
+            "slidegate_store_redirections_total{kind=\"tryagain\"}",
             "slidegate_config_reloads_total{result=\"success\"} 1",
             "slidegate_rules_loaded 0",
             "slidegate_config_loaded_timestamp_seconds 1800000000",

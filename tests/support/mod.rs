@@ -4,6 +4,8 @@
 //! with a message, because `scripts/test` installs everything and is the supported way to run tests.
 #![allow(dead_code)]
 
+pub mod reshard;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

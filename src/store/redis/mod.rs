@@ -45,6 +45,8 @@
 //! groups of that slot), and the groups are sent concurrently. A
 //! request whose counters all share a slot (the common case: one descriptor, several windows) is
 //! exactly as atomic as on a standalone server.
+//! Slot migrations (resharding) answer calls with `MOVED`, `ASK` or `TRYAGAIN`; the client follows
+//! and retries them within the call's timeout and counts them (the `cluster` module).
 //!
 //! Across slots no single step is atomic. The store therefore lets every group decide and record
 //! atomically, and if any group denies, it takes back the hits the other groups just recorded
@@ -81,6 +83,7 @@
 //! Passwords never leave this module in any text: URLs are shown through [`redact_url`], and client
 //! error messages are scrubbed of the configured passwords.
 
+mod cluster;
 mod deadline;
 mod deny_cache;
 mod node;
@@ -98,7 +101,6 @@ use std::time::{Duration, Instant};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
-use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::Slot;
 use ::redis::io::tcp::TcpSettings;
 use ::redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, RedisError, TlsCertificates};
@@ -106,6 +108,8 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::{OnceCell, oneshot};
 
+use cluster::ClusterConnection;
+pub use cluster::{Redirections, redirections};
 use deadline::ServerClocks;
 pub use deny_cache::{DenyCache, Lookup, Refresh};
 use node::NodeHealth;
@@ -421,11 +425,11 @@ impl RedisStore {
             });
             Conn::Standalone(managers.map_err(clean)?)
         } else {
-            let mut builder = ClusterClientBuilder::new(infos)
+            let builder = ClusterClientBuilder::new(infos)
                 .connection_timeout(opts.timeout.max(Duration::from_secs(1)))
                 .response_timeout(opts.timeout)
-                .retries(2)
                 .tcp_settings(tcp_settings());
+            let mut builder = cluster::retry_policy(builder, opts.timeout);
             if let Some(certs) = certs {
                 builder = builder.certs(certs);
             }
@@ -782,7 +786,9 @@ impl RedisStore {
         lane: &'a OnceCell<Arc<Lane<ClusterConnection>>>,
     ) -> Result<&'a Arc<Lane<ClusterConnection>>, StoreError> {
         lane.get_or_try_init(|| async {
-            let conn = client.get_async_connection().await?;
+            let conn = client
+                .get_async_generic_connection::<cluster::Observed>()
+                .await?;
             Ok(Lane::new(conn, true))
         })
         .await
