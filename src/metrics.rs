@@ -18,6 +18,7 @@
 //! | `slidegate_config_checksum_info` | gauge | `served`, `on_disk` | always 1; the SHA-256 of the served and of the on-disk rule files (`on_disk` empty when unreadable) |
 //! | `slidegate_rule_label_overflow_total` | counter | | decisions counted under `rule="overflow"` because [`MAX_RULE_LABELS`] pairs had their own series |
 //! | `slidegate_connections_refused_total` | counter | `listener` (`grpc`, `http`), `reason` (`max_connections`, `max_connections_per_peer`) | connections closed at once because a connection cap was reached |
+//! | `slidegate_trace_spans_total` | counter | `outcome` (`exported`, `dropped`, `failed`) | decision spans handed to the collector, dropped because the export queue was full, or lost with a failed export (with `--otlp-endpoint`; see [`crate::telemetry`]) |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured
@@ -61,6 +62,33 @@ const BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5,
 ];
+
+/// What became of a finished decision span ([`crate::telemetry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanOutcome {
+    /// Accepted by the collector.
+    Exported,
+    /// Not queued: the export queue was full.
+    Dropped,
+    /// Lost with an export that failed or timed out.
+    Failed,
+}
+
+impl SpanOutcome {
+    const ALL: [SpanOutcome; 3] = [
+        SpanOutcome::Exported,
+        SpanOutcome::Dropped,
+        SpanOutcome::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanOutcome::Exported => "exported",
+            SpanOutcome::Dropped => "dropped",
+            SpanOutcome::Failed => "failed",
+        }
+    }
+}
 
 /// The outcome of one descriptor, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,6 +187,7 @@ pub struct Metrics {
     tls_handshake_failures: IntCounterVec,
     tls_reloads: IntCounterVec,
     tls_expiry: IntGauge,
+    trace_spans: [IntCounter; 3],
     rule_cache: RwLock<RuleCache>,
 }
 
@@ -254,6 +283,14 @@ impl Metrics {
             "Replacements of the TLS certificate, key or client CAs by result (success, failure).",
             &["result"],
         )?;
+        let trace_spans_vec = counter_vec(
+            "slidegate_trace_spans_total",
+            "Decision spans by outcome: exported to the collector, dropped (export queue full), \
+             failed (the export failed).",
+            &["outcome"],
+        )?;
+        let trace_spans =
+            SpanOutcome::ALL.map(|o| trace_spans_vec.with_label_values(&[o.as_str()]));
         let tls_expiry = IntGauge::new(
             "slidegate_tls_certificate_expiry_timestamp_seconds",
             "When the certificate the listeners serve expires, Unix time (with TLS on).",
@@ -351,6 +388,7 @@ impl Metrics {
             tls_handshake_failures,
             tls_reloads,
             tls_expiry,
+            trace_spans,
             rule_cache: RwLock::new(RuleCache::default()),
         })
     }
@@ -528,6 +566,11 @@ impl Metrics {
     /// The expiry of the certificate now served, Unix time.
     pub fn set_tls_expiry(&self, expires: i64) {
         self.tls_expiry.set(expires);
+    }
+
+    /// Decision spans that met `outcome` (see [`SpanOutcome`]).
+    pub fn trace_spans(&self, outcome: SpanOutcome, spans: usize) {
+        self.trace_spans[outcome as usize].inc_by(u64::try_from(spans).unwrap_or(u64::MAX));
     }
 
     /// The number of live rules.
