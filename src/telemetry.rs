@@ -40,7 +40,7 @@ use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _, TracerProvider as _};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use opentelemetry_http::HeaderExtractor;
-use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -428,7 +428,6 @@ fn exporter(settings: &TraceSettings) -> Result<opentelemetry_otlp::SpanExporter
                 .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                 .with_endpoint(url)
                 .with_timeout(EXPORT_TIMEOUT)
-                .with_headers(Default::default())
                 .build()?
         }
         (Protocol::Http, Some("https")) => {
