@@ -86,6 +86,12 @@ pub const SETTING_IDS: &[&str] = &[
     "xds_tls_key_file",
     "xds_tls_server_name",
     "force_start_without_initial_config",
+    "otlp_endpoint",
+    "otlp_protocol",
+    "otlp_service_name",
+    "otlp_service_namespace",
+    "otlp_service_instance_id",
+    "trace_sampling_ratio",
 ];
 
 /// A value slidegate cannot start with, naming the variable.
@@ -793,11 +799,13 @@ fn behaviour<F: Fn(&str) -> Option<String>>(
 }
 
 /// Metrics and traces: slidegate has Prometheus metrics at `/metrics` on the operator listener
-/// (`DEBUG_HOST`/`DEBUG_PORT`).
+/// (`DEBUG_HOST`/`DEBUG_PORT`), and traces as envoyproxy/ratelimit's `TRACING_*` variables
+/// configure them.
 fn observability<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
     out: &mut Translation,
 ) -> Result<(), CompatError> {
+    tracing(env, out)?;
     env.expect_flag(
         "USE_STATSD",
         false,
@@ -815,6 +823,88 @@ fn observability<F: Fn(&str) -> Option<String>>(
             name,
             "metrics are served at /metrics on the debug port (DEBUG_PORT)",
             out,
+        );
+    }
+    Ok(())
+}
+
+/// `TRACING_ENABLED=true` → `--otlp-endpoint` from the OpenTelemetry variables that
+/// envoyproxy/ratelimit's exporter reads (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`, else a collector on localhost), and the other `TRACING_*`
+/// variables → the other `--otlp-*` flags and `--trace-sampling-ratio`, with
+/// envoyproxy/ratelimit's defaults: HTTP, service name `RateLimit`, every request sampled.
+/// Without `TRACING_ENABLED=true` they are read and unused, as there.
+fn tracing<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    out: &mut Translation,
+) -> Result<(), CompatError> {
+    let enabled = env.flag("TRACING_ENABLED")? == Some(true);
+    let protocol = env
+        .take("TRACING_EXPORTER_PROTOCOL")
+        .unwrap_or_else(|| "http".to_owned());
+    let protocol = match protocol.as_str() {
+        "http" | "grpc" => protocol,
+        _ => {
+            return Err(invalid(
+                "TRACING_EXPORTER_PROTOCOL",
+                &protocol,
+                "expected http or grpc",
+            ));
+        }
+    };
+    let ratio = match env.take("TRACING_SAMPLING_RATE") {
+        Some(value) => match value.parse::<f64>() {
+            Ok(ratio) if (0.0..=1.0).contains(&ratio) => ratio.to_string(),
+            _ => {
+                return Err(invalid(
+                    "TRACING_SAMPLING_RATE",
+                    &value,
+                    "expected 0.0 to 1.0",
+                ));
+            }
+        },
+        None => "1".to_owned(),
+    };
+    let name = env
+        .take("TRACING_SERVICE_NAME")
+        .unwrap_or_else(|| "RateLimit".to_owned());
+    let namespace = env.take("TRACING_SERVICE_NAMESPACE");
+    let instance = env.take("TRACING_SERVICE_INSTANCE_ID");
+    if !enabled {
+        return Ok(());
+    }
+    let (endpoint, from) = match (
+        env.take("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        env.take("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    ) {
+        (Some(url), _) => (url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        (None, Some(url)) => (url, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        (None, None) if protocol == "grpc" => ("localhost:4317".to_owned(), "TRACING_ENABLED"),
+        (None, None) => ("localhost:4318".to_owned(), "TRACING_ENABLED"),
+    };
+    // Go's exporters take `host:port` too; slidegate's flag takes a URL.
+    let endpoint = match endpoint.contains("://") {
+        true => endpoint,
+        false => format!("http://{endpoint}"),
+    };
+    set(out, "otlp_endpoint", endpoint, from);
+    set(out, "otlp_protocol", protocol, "TRACING_EXPORTER_PROTOCOL");
+    set(out, "trace_sampling_ratio", ratio, "TRACING_SAMPLING_RATE");
+    set(out, "otlp_service_name", name, "TRACING_SERVICE_NAME");
+    if let Some(namespace) = namespace {
+        set(
+            out,
+            "otlp_service_namespace",
+            namespace,
+            "TRACING_SERVICE_NAMESPACE",
+        );
+    }
+    if let Some(instance) = instance {
+        set(
+            out,
+            "otlp_service_instance_id",
+            instance,
+            "TRACING_SERVICE_INSTANCE_ID",
         );
     }
     Ok(())
@@ -1220,6 +1310,81 @@ mod tests {
             "REDIS_TYPE"
         );
         assert_eq!(error_variable(&[("QUOTA_MODE", "true")]), "QUOTA_MODE");
+    }
+
+    #[test]
+    fn tracing_variables_map_onto_the_trace_flags() {
+        let t = run(&[
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+            ("TRACING_SAMPLING_RATE", "0.25"),
+            ("TRACING_SERVICE_NAMESPACE", "edge"),
+            ("TRACING_SERVICE_INSTANCE_ID", "pod-1"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4317"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.unhonoured, vec![]);
+        assert_eq!(
+            value(&t, "otlp_endpoint").as_deref(),
+            Some("http://otel:4317")
+        );
+        assert_eq!(value(&t, "otlp_protocol").as_deref(), Some("grpc"));
+        assert_eq!(value(&t, "trace_sampling_ratio").as_deref(), Some("0.25"));
+        assert_eq!(value(&t, "otlp_service_name").as_deref(), Some("RateLimit"));
+        assert_eq!(value(&t, "otlp_service_namespace").as_deref(), Some("edge"));
+        assert_eq!(
+            value(&t, "otlp_service_instance_id").as_deref(),
+            Some("pod-1")
+        );
+
+        // envoyproxy/ratelimit's defaults: HTTP to a local collector, every request sampled.
+        let t = run(&[("TRACING_ENABLED", "true")]).unwrap().unwrap();
+        assert_eq!(
+            value(&t, "otlp_endpoint").as_deref(),
+            Some("http://localhost:4318")
+        );
+        assert_eq!(value(&t, "otlp_protocol").as_deref(), Some("http"));
+        assert_eq!(value(&t, "trace_sampling_ratio").as_deref(), Some("1"));
+        let t = run(&[
+            ("TRACING_ENABLED", "true"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "collector:4318/v1/traces",
+            ),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            value(&t, "otlp_endpoint").as_deref(),
+            Some("http://collector:4318/v1/traces")
+        );
+
+        // Off: read, honoured (as there, they do nothing), no trace flag set.
+        let t = run(&[
+            ("TRACING_ENABLED", "false"),
+            ("TRACING_SAMPLING_RATE", "0.5"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.unhonoured, vec![]);
+        assert_eq!(value(&t, "otlp_endpoint"), None);
+
+        for (variable, value) in [
+            ("TRACING_EXPORTER_PROTOCOL", "zipkin"),
+            ("TRACING_SAMPLING_RATE", "2"),
+            ("TRACING_SAMPLING_RATE", "often"),
+        ] {
+            assert_eq!(
+                error_variable(&[("TRACING_ENABLED", "true"), (variable, value)]),
+                variable
+            );
+        }
+        assert_eq!(
+            error_variable(&[("TRACING_ENABLED", "yes please")]),
+            "TRACING_ENABLED"
+        );
     }
 
     #[test]

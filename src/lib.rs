@@ -9,6 +9,7 @@
 //! - [`service`]: the transports (gRPC RLS, HTTP `/json`, `/check`, health, `/rlconfig`, `/metrics`).
 //! - [`metrics`]: the Prometheus registry.
 //! - [`mod@bench`]: a gRPC load generator for any RateLimitService v3 server.
+//! - [`telemetry`]: OpenTelemetry traces, one span per decision, exported over OTLP.
 //! - [`compat`]: envoyproxy/ratelimit's environment variables, mapped onto slidegate's settings.
 
 pub mod bench;
@@ -19,6 +20,7 @@ pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod telemetry;
 
 /// Working space that lives for one request: a request has one to a few descriptors and
 /// counters, so these stay on the stack, where a heap allocation each would cost more than the

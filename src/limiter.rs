@@ -41,6 +41,7 @@ use crate::config::{DomainRules, Limit, LiveRules, Precision, RuleMatch, RuleSet
 use crate::metrics::{DecisionLabel, Metrics};
 use crate::store::key::CounterTag;
 use crate::store::{Counter, CounterResult, FailureMode, Store, StoreError};
+use crate::telemetry::Traces;
 
 /// Bounds on what one request may carry, the same for gRPC, `/json` and `/check`.
 ///
@@ -190,12 +191,32 @@ pub enum LimitError {
     Unavailable(StoreError),
 }
 
+/// What a decision shows beyond its [`Response`], for a trace span ([`crate::telemetry`]). Every
+/// method does nothing by default; `()` is the observer of an untraced request.
+pub trait Observer {
+    /// Whether [`Observer::rule`] wants the matched rules (the loop over them is skipped if not).
+    const WANTS_RULES: bool = false;
+
+    /// A matched rule, by its metrics label (its `name`, or its descriptor path), once per
+    /// descriptor that matched one.
+    fn rule(&mut self, _label: &str) {}
+
+    /// The store call of the request (one round trip for Redis) took `elapsed`.
+    fn store_call(&mut self, _elapsed: Duration) {}
+
+    /// The store call failed, and `mode` answers.
+    fn store_failed(&mut self, _error: &StoreError, _mode: FailureMode) {}
+}
+
+impl Observer for () {}
+
 /// The transport-neutral rate limiter.
 pub struct RateLimiter {
     rules: LiveRules,
     store: Arc<dyn Store>,
     options: Options,
     metrics: Arc<Metrics>,
+    traces: Option<Traces>,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -259,7 +280,19 @@ impl RateLimiter {
             store,
             options,
             metrics,
+            traces: None,
         }
+    }
+
+    /// Spans for the decisions ([`crate::telemetry`]); without, the transports trace nothing.
+    pub fn with_traces(mut self, traces: Traces) -> Self {
+        self.traces = Some(traces);
+        self
+    }
+
+    /// The traces, when on.
+    pub fn traces(&self) -> Option<&Traces> {
+        self.traces.as_ref()
     }
 
     /// The live rules (for `/rlconfig` and health).
@@ -281,6 +314,17 @@ impl RateLimiter {
 
     /// Decides one request; see the module docs.
     pub async fn should_rate_limit(&self, request: &Request<'_>) -> Result<Response, LimitError> {
+        self.should_rate_limit_observed(request, &mut ()).await
+    }
+
+    /// [`RateLimiter::should_rate_limit`], telling `observer` what the answer does not show: the
+    /// matched rules, the store call's time, the failure mode when it answered. With `()` this
+    /// is `should_rate_limit` itself: the calls compile to nothing.
+    pub async fn should_rate_limit_observed<O: Observer>(
+        &self,
+        request: &Request<'_>,
+        observer: &mut O,
+    ) -> Result<Response, LimitError> {
         validate(request, &self.options.limits)?;
         // One load per request. `load_full` (a reference count, not a copy of the rules) rather
         // than a guard, because the matches borrow from the rules across the store's `await`.
@@ -296,9 +340,22 @@ impl RateLimiter {
         };
 
         let (plans, counters) = self.plan(request, domain);
-        match self.decide(&counters).await {
+        if O::WANTS_RULES {
+            for plan in &plans {
+                if let Plan::Unlimited { label, .. }
+                | Plan::Limited(Limited { label, .. })
+                | Plan::OverBudget(Limited { label, .. }) = plan
+                {
+                    observer.rule(label);
+                }
+            }
+        }
+        match self.decide(&counters, observer).await {
             Ok(results) => Ok(self.respond(request.domain, &plans, &counters, &results)),
-            Err(error) => self.on_store_error(request.domain, &plans, error),
+            Err(error) => {
+                observer.store_failed(&error, self.options.failure_mode);
+                self.on_store_error(request.domain, &plans, error)
+            }
         }
     }
 
@@ -426,13 +483,19 @@ impl RateLimiter {
     }
 
     /// One store call for all counters (none when there are no counters), timed.
-    async fn decide(&self, counters: &[Counter]) -> Result<Vec<CounterResult>, StoreError> {
+    async fn decide(
+        &self,
+        counters: &[Counter],
+        observer: &mut impl Observer,
+    ) -> Result<Vec<CounterResult>, StoreError> {
         if counters.is_empty() {
             return Ok(Vec::new());
         }
         let started = Instant::now();
         let decided = self.store.decide(counters).await;
-        self.metrics.observe_store(started.elapsed());
+        let elapsed = started.elapsed();
+        self.metrics.observe_store(elapsed);
+        observer.store_call(elapsed);
         let results = decided?.counters;
         if results.len() != counters.len() {
             return Err(StoreError::Backend(format!(

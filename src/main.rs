@@ -34,6 +34,7 @@ use slidegate::store::{
     ClientCertFiles, FailureMode, MemoryStore, RedisOptions, SentinelOptions, Store, SystemClock,
     connect, redact_url,
 };
+use slidegate::telemetry::{Protocol, TraceSettings, Traces};
 
 /// Sliding-window rate-limit service for Envoy (RateLimitService v3) and nginx.
 ///
@@ -323,6 +324,27 @@ struct ServeArgs {
     /// else info].
     #[arg(long, env = "SLIDEGATE_LOG_LEVEL")]
     log_level: Option<String>,
+    /// OpenTelemetry collector to send traces to, one span per decision (README, Traces):
+    /// `http://HOST:4317` for gRPC, `http://HOST:4318` for HTTP (a URL without a path gets
+    /// `/v1/traces`). Without it no span is made at all.
+    #[arg(long, env = "SLIDEGATE_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// OTLP transport: `grpc`, or `http` (protobuf bodies).
+    #[arg(long, env = "SLIDEGATE_OTLP_PROTOCOL", default_value = "grpc")]
+    otlp_protocol: Protocol,
+    /// The `service.name` of the spans.
+    #[arg(long, env = "SLIDEGATE_OTLP_SERVICE_NAME", default_value = "slidegate")]
+    otlp_service_name: String,
+    /// The `service.namespace` of the spans.
+    #[arg(long, env = "SLIDEGATE_OTLP_SERVICE_NAMESPACE")]
+    otlp_service_namespace: Option<String>,
+    /// The `service.instance.id` of the spans (a pod's name, for instance).
+    #[arg(long, env = "SLIDEGATE_OTLP_SERVICE_INSTANCE_ID")]
+    otlp_service_instance_id: Option<String>,
+    /// Share of requests traced when the caller sent no sampling decision, 0.0 to 1.0; a caller's
+    /// `traceparent` or B3 sampled flag is always followed.
+    #[arg(long, env = "SLIDEGATE_TRACE_SAMPLING_RATIO", default_value_t = 1.0)]
+    trace_sampling_ratio: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -600,7 +622,15 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
             max_hits: args.max_hits,
         },
     };
-    let limiter = Arc::new(RateLimiter::new(live, store, options, Arc::clone(&metrics)));
+    let limiter = RateLimiter::new(live, store, options, Arc::clone(&metrics));
+    let limiter = Arc::new(match trace_settings(&args) {
+        None => limiter,
+        Some(settings) => {
+            let (store, shadow) = (limiter.store().kind(), args.shadow_mode);
+            let traces = Traces::start(&settings, Arc::clone(&metrics), store, shadow)?;
+            limiter.with_traces(traces)
+        }
+    });
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health_service = health_service.max_decoding_message_size(BRIDGED_MESSAGE);
@@ -699,6 +729,9 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
             "calls still in flight after the drain timeout; stopping anyway"
         ),
     }
+    if let Some(traces) = limiter.traces() {
+        traces.flush(Duration::from_secs(2)).await;
+    }
     Ok(())
 }
 
@@ -717,6 +750,18 @@ fn server_limits(args: &ServeArgs) -> ServerLimits {
         max_buffered_bytes: args.max_buffered_bytes,
         drain_timeout: args.drain_timeout,
     }
+}
+
+/// The trace settings when --otlp-endpoint is given.
+fn trace_settings(args: &ServeArgs) -> Option<TraceSettings> {
+    Some(TraceSettings {
+        endpoint: args.otlp_endpoint.clone()?,
+        protocol: args.otlp_protocol,
+        sampling_ratio: args.trace_sampling_ratio,
+        service_name: args.otlp_service_name.clone(),
+        service_namespace: args.otlp_service_namespace.clone(),
+        service_instance_id: args.otlp_service_instance_id.clone(),
+    })
 }
 
 /// The TLS files when --tls-cert-file is given (clap makes --tls-key-file come with it).
@@ -891,6 +936,8 @@ fn log_effective_config(args: &ServeArgs) {
         body_timeout = ?args.body_timeout,
         keepalive_interval = ?args.keepalive_interval,
         max_buffered_bytes = args.max_buffered_bytes,
+        otlp_endpoint = args.otlp_endpoint.as_deref().unwrap_or("-"),
+        trace_sampling_ratio = args.trace_sampling_ratio,
         "starting slidegate"
     );
 }

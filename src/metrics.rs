@@ -25,6 +25,7 @@
 //! | `slidegate_config_checksum_info` | gauge | `served`, `on_disk` | always 1; the SHA-256 of the served and of the on-disk rule files (`on_disk` empty when unreadable) |
 //! | `slidegate_rule_label_overflow_total` | counter | | decisions counted under `rule="overflow"` because [`MAX_RULE_LABELS`] pairs had their own series |
 //! | `slidegate_connections_refused_total` | counter | `listener` (`grpc`, `http`), `reason` (`max_connections`, `max_connections_per_peer`) | connections closed at once because a connection cap was reached |
+//! | `slidegate_trace_spans_total` | counter | `outcome` (`exported`, `dropped`, `failed`) | decision spans handed to the collector, dropped because the export queue was full, or lost with a failed export (with `--otlp-endpoint`; see [`crate::telemetry`]) |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured
@@ -100,6 +101,33 @@ impl CallResult {
             CallResult::Connection => "connection",
             CallResult::Oom => "oom",
             CallResult::Backend => "backend",
+        }
+    }
+}
+
+/// What became of a finished decision span ([`crate::telemetry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanOutcome {
+    /// Accepted by the collector.
+    Exported,
+    /// Not queued: the export queue was full.
+    Dropped,
+    /// Lost with an export that failed or timed out.
+    Failed,
+}
+
+impl SpanOutcome {
+    const ALL: [SpanOutcome; 3] = [
+        SpanOutcome::Exported,
+        SpanOutcome::Dropped,
+        SpanOutcome::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanOutcome::Exported => "exported",
+            SpanOutcome::Dropped => "dropped",
+            SpanOutcome::Failed => "failed",
         }
     }
 }
@@ -293,6 +321,7 @@ pub struct Metrics {
     tls_reloads: IntCounterVec,
     tls_expiry: IntGauge,
     redis: RedisMetrics,
+    trace_spans: [IntCounter; 3],
     rule_cache: RwLock<RuleCache>,
 }
 
@@ -388,6 +417,14 @@ impl Metrics {
             "Replacements of the TLS certificate, key or client CAs by result (success, failure).",
             &["result"],
         )?;
+        let trace_spans_vec = counter_vec(
+            "slidegate_trace_spans_total",
+            "Decision spans by outcome: exported to the collector, dropped (export queue full), \
+             failed (the export failed).",
+            &["outcome"],
+        )?;
+        let trace_spans =
+            SpanOutcome::ALL.map(|o| trace_spans_vec.with_label_values(&[o.as_str()]));
         let tls_expiry = IntGauge::new(
             "slidegate_tls_certificate_expiry_timestamp_seconds",
             "When the certificate the listeners serve expires, Unix time (with TLS on).",
@@ -494,6 +531,7 @@ impl Metrics {
             tls_reloads,
             tls_expiry,
             redis,
+            trace_spans,
             rule_cache: RwLock::new(RuleCache::default()),
         })
     }
@@ -681,6 +719,11 @@ impl Metrics {
     /// The expiry of the certificate now served, Unix time.
     pub fn set_tls_expiry(&self, expires: i64) {
         self.tls_expiry.set(expires);
+    }
+
+    /// Decision spans that met `outcome` (see [`SpanOutcome`]).
+    pub fn trace_spans(&self, outcome: SpanOutcome, spans: usize) {
+        self.trace_spans[outcome as usize].inc_by(u64::try_from(spans).unwrap_or(u64::MAX));
     }
 
     /// The number of live rules.

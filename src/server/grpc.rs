@@ -96,11 +96,14 @@ impl GrpcApp {
         }
         if request.uri().path() == SHOULD_RATE_LIMIT {
             let service = self.rate_limit.clone();
+            let span = service.span(request.headers());
             Box::pin(unary(
                 request,
                 respond,
                 limits.clone(),
-                move |message: RequestBytes| async move { service.should_rate_limit(message).await },
+                move |message: RequestBytes| async move {
+                    service.should_rate_limit(message, span).await
+                },
             ))
         } else {
             Box::pin(bridge(

@@ -45,6 +45,7 @@ use crate::limiter::{
     RequestLimits, Response,
 };
 use crate::metrics::Transport;
+use crate::telemetry::{DecisionSpan, Transport as TraceTransport};
 
 /// The file descriptor set of `proto/` (compiled by `build.rs`), for reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
@@ -65,24 +66,41 @@ impl GrpcService {
         GrpcService { limiter }
     }
 
-    /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call.
+    /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call; `span`
+    /// (a sampled call with traces on, see [`GrpcService::span`]) records it.
     pub async fn should_rate_limit(
         &self,
         message: RequestBytes,
+        mut span: Option<DecisionSpan>,
     ) -> Result<RateLimitResponse, Status> {
         let started = Instant::now();
         let result = match decode(&message.0, &self.limiter.options().limits) {
-            Ok(proto) => self.limiter.should_rate_limit(&from_proto(&proto)).await,
+            Ok(proto) => super::decide(&self.limiter, &from_proto(&proto), &mut span).await,
             Err(error) => Err(error),
         };
         self.limiter
             .metrics()
             .observe_request(Transport::Grpc, started.elapsed());
-        match result {
-            Ok(response) => Ok(to_proto(response)),
+        let answer = match result {
+            Ok(response) => Ok(response),
             Err(LimitError::InvalidArgument(message)) => Err(Status::invalid_argument(message)),
             Err(error @ LimitError::Unavailable(_)) => Err(Status::unavailable(error.to_string())),
+        };
+        if let Some(span) = span {
+            match &answer {
+                Ok(response) => span.end(Ok(response), 0),
+                Err(status) => span.end(Err(&status.message()), status.code() as u16),
+            }
         }
+        answer.map(to_proto)
+    }
+
+    /// A span for a call with these headers (its metadata), when traces are on and the call is
+    /// sampled.
+    pub fn span(&self, headers: &http::HeaderMap) -> Option<DecisionSpan> {
+        self.limiter
+            .traces()
+            .and_then(|traces| traces.begin(headers, TraceTransport::Grpc))
     }
 }
 

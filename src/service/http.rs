@@ -12,14 +12,16 @@
 //!
 //! Request bodies over `--max-body-bytes` are refused with 413.
 
+use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 
@@ -27,8 +29,9 @@ use super::check::{self, DenyStatus, OVER_HEADER};
 use super::health::Health;
 use super::json;
 use crate::config::reload::SharedStatus;
-use crate::limiter::{Code, LimitError, RateLimiter};
+use crate::limiter::{self, Code, LimitError, RateLimiter};
 use crate::metrics::Transport;
+use crate::telemetry::{DecisionSpan, Transport as TraceTransport};
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
@@ -71,68 +74,128 @@ fn admin_routes() -> Router<AppState> {
         .route("/metrics", get(metrics))
 }
 
-async fn json_handler(State(state): State<AppState>, body: Bytes) -> Response {
+async fn json_handler(
+    State(state): State<AppState>,
+    Traced(mut span): Traced,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
-    let response = match json::parse_request(&body, &state.limiter.options().limits) {
-        Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
-        Ok(request) => match state.limiter.should_rate_limit(&request.as_request()).await {
-            Ok(decision) => {
-                let status = match decision.overall {
-                    Code::Ok => StatusCode::OK,
-                    Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
-                };
-                let headers = to_headers(&decision.headers);
-                let body = axum::Json(json::render_response(&decision));
-                (status, headers, body).into_response()
-            }
-            Err(error) => error_response(error),
-        },
+    let decided = match json::parse_request(&body, &state.limiter.options().limits) {
+        Err(message) => Err(LimitError::InvalidArgument(message)),
+        Ok(request) => super::decide(&state.limiter, &request.as_request(), &mut span).await,
+    };
+    let response = match &decided {
+        Ok(decision) => {
+            let status = match decision.overall {
+                Code::Ok => StatusCode::OK,
+                Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+            };
+            let headers = to_headers(&decision.headers);
+            let body = axum::Json(json::render_response(decision));
+            (status, headers, body).into_response()
+        }
+        Err(error) => error_response(error),
     };
     state
         .limiter
         .metrics()
         .observe_request(Transport::Json, started.elapsed());
+    end_span(span, &decided, &response);
     response
 }
 
-async fn check_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn check_handler(
+    State(state): State<AppState>,
+    Traced(mut span): Traced,
+    headers: HeaderMap,
+) -> Response {
     let started = Instant::now();
     let limits = &state.limiter.options().limits;
-    let response = match check::parse(&headers, state.check_domain.as_deref(), limits) {
-        Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
-        Ok(check) => match state
-            .limiter
-            .should_rate_limit(&check.request.as_request())
-            .await
-        {
-            Ok(decision) => {
-                let mut headers = to_headers(&decision.headers);
-                let status = match (decision.overall, check.deny_status) {
-                    (Code::Ok, _) => StatusCode::OK,
-                    (Code::OverLimit, DenyStatus::TooManyRequests) => StatusCode::TOO_MANY_REQUESTS,
-                    (Code::OverLimit, DenyStatus::Forbidden) => {
-                        headers.insert(
-                            HeaderName::from_static(OVER_HEADER),
-                            HeaderValue::from_static("1"),
-                        );
-                        StatusCode::FORBIDDEN
-                    }
-                };
-                let body = if status == StatusCode::OK {
-                    "OK\n"
-                } else {
-                    "over limit\n"
-                };
-                (status, headers, body).into_response()
-            }
-            Err(error) => error_response(error),
-        },
+    let parsed = check::parse(&headers, state.check_domain.as_deref(), limits);
+    let (decided, deny_status) = match &parsed {
+        Err(message) => (
+            Err(LimitError::InvalidArgument(message.clone())),
+            DenyStatus::TooManyRequests,
+        ),
+        Ok(check) => (
+            super::decide(&state.limiter, &check.request.as_request(), &mut span).await,
+            check.deny_status,
+        ),
+    };
+    let response = match &decided {
+        Ok(decision) => {
+            let mut headers = to_headers(&decision.headers);
+            let status = match (decision.overall, deny_status) {
+                (Code::Ok, _) => StatusCode::OK,
+                (Code::OverLimit, DenyStatus::TooManyRequests) => StatusCode::TOO_MANY_REQUESTS,
+                (Code::OverLimit, DenyStatus::Forbidden) => {
+                    headers.insert(
+                        HeaderName::from_static(OVER_HEADER),
+                        HeaderValue::from_static("1"),
+                    );
+                    StatusCode::FORBIDDEN
+                }
+            };
+            let body = if status == StatusCode::OK {
+                "OK\n"
+            } else {
+                "over limit\n"
+            };
+            (status, headers, body).into_response()
+        }
+        Err(error) => error_response(error),
     };
     state
         .limiter
         .metrics()
         .observe_request(Transport::Check, started.elapsed());
+    end_span(span, &decided, &response);
     response
+}
+
+/// The span of a sampled `/json` or `/check` request when traces are on ([`crate::telemetry`]);
+/// begun from the request's headers before its body is read.
+struct Traced(Option<DecisionSpan>);
+
+impl FromRequestParts<AppState> for Traced {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Infallible> {
+        let Some(traces) = state.limiter.traces() else {
+            return Ok(Traced(None));
+        };
+        let transport = match parts.uri.path() {
+            "/json" => TraceTransport::Json,
+            _ => TraceTransport::Check(method_name(&parts.method)),
+        };
+        Ok(Traced(traces.begin(&parts.headers, transport)))
+    }
+}
+
+/// A span's method: the name of a standard one, else `_OTHER` (OpenTelemetry's HTTP
+/// conventions; a client's made-up method must not become a span name).
+fn method_name(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        _ => "_OTHER",
+    }
+}
+
+fn end_span(
+    span: Option<DecisionSpan>,
+    decided: &Result<limiter::Response, LimitError>,
+    response: &Response,
+) {
+    if let Some(span) = span {
+        let decided = decided.as_ref().map_err(|e| e as &dyn std::fmt::Display);
+        span.end(decided, response.status().as_u16());
+    }
 }
 
 async fn healthcheck(State(state): State<AppState>) -> Response {
@@ -217,7 +280,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-fn error_response(error: LimitError) -> Response {
+fn error_response(error: &LimitError) -> Response {
     let status = match error {
         LimitError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
         LimitError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

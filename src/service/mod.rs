@@ -11,7 +11,8 @@
 //! - [`health`]: the serving state shared by both.
 
 use crate::config::Unit;
-use crate::limiter::{Descriptor, LimitOverride, Request};
+use crate::limiter::{Descriptor, LimitError, LimitOverride, RateLimiter, Request, Response};
+use crate::telemetry::DecisionSpan;
 
 pub mod check;
 pub mod grpc;
@@ -56,6 +57,22 @@ impl OwnedRequest {
                 })
                 .collect(),
             hits_addend: self.hits_addend,
+        }
+    }
+}
+
+/// Decides `request`, recorded by `span` when the request is traced: the one call every
+/// transport makes.
+pub async fn decide(
+    limiter: &RateLimiter,
+    request: &Request<'_>,
+    span: &mut Option<DecisionSpan>,
+) -> Result<Response, LimitError> {
+    match span {
+        None => limiter.should_rate_limit(request).await,
+        Some(span) => {
+            span.domain(request.domain);
+            limiter.should_rate_limit_observed(request, span).await
         }
     }
 }
