@@ -629,6 +629,12 @@ async fn redis_cluster_master_killed_replica_promoted() {
         })
     });
     assert!(replica_synced, "the replica never got the counter");
+    // Each node the calls used has its own state series.
+    let node_up = |port: u16| {
+        let series = format!("slidegate_redis_node_up{{node=\"127.0.0.1:{port}\"}}");
+        metric_value(&metrics(&server), &series)
+    };
+    assert_eq!(node_up(victim_port), 1.0, "{}", metrics(&server));
     let victim = cluster.nodes.remove(victim_index);
     let killed_at = Instant::now();
     drop(victim);
@@ -689,6 +695,9 @@ async fn redis_cluster_master_killed_replica_promoted() {
         (new_port, new_id.as_str()),
         (victim_port, victim_id.as_str())
     );
+    // The killed node's series says so; the promoted replica's says it serves.
+    assert_eq!(node_up(victim_port), 0.0, "{}", metrics(&server));
+    assert_eq!(node_up(new_port), 1.0, "{}", metrics(&server));
     // 5 hits before the failover and this one: the promoted replica kept the counter.
     assert_eq!(response.statuses[0].limit_remaining, 100_000 - 6);
     // The other master was never down: every call answered in time and decided by Redis (the

@@ -31,17 +31,26 @@
 //! [`Observed`] wraps the usual multiplexed connection and counts the `MOVED`, `ASK` and
 //! `TRYAGAIN` replies it passes on: [`redirections`]. The counts are process-wide, because
 //! redis-rs creates node connections through a function without state.
+//!
+//! # Each node's state
+//! The same wrapper knows its node's address, so it also keeps that node's
+//! `slidegate_redis_node_up` series: 1 once it connects or a reply arrives, 0 when connecting
+//! fails or the connection drops or times out. The gauges go where [`report_node_state`] last
+//! pointed them (process-wide, as the counts): a node that left the cluster keeps its last value.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::Connect;
 use ::redis::{
-    AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, RedisFuture, ServerErrorKind, Value,
+    AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture,
+    ServerErrorKind, Value,
 };
 use futures::FutureExt;
+use prometheus::{IntGauge, IntGaugeVec};
 
 /// The cluster connection the store uses: redis-rs's, over [`Observed`] node connections.
 pub type ClusterConnection = ::redis::cluster_async::ClusterConnection<Observed>;
@@ -97,14 +106,50 @@ fn observe(value: &Value) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A connection to one cluster node that counts the redirections it is answered.
+/// Where node connections keep their state (see the module docs); none until a store sets it.
+static NODE_STATE: Mutex<Option<IntGaugeVec>> = Mutex::new(None);
+
+/// Makes node connections opened from now on keep their state in `gauges` (by `node` label).
+pub fn report_node_state(gauges: IntGaugeVec) {
+    *NODE_STATE.lock().unwrap_or_else(PoisonError::into_inner) = Some(gauges);
+}
+
+/// The state gauge of the node at `addr`, if a store asked for them.
+fn node_gauge(addr: &str) -> Option<IntGauge> {
+    let gauges = NODE_STATE.lock().unwrap_or_else(PoisonError::into_inner);
+    gauges.as_ref().map(|g| g.with_label_values(&[addr]))
+}
+
+/// Whether `error` means the node could not be reached (rather than it answering an error).
+fn unreachable(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_timeout()
+}
+
+/// A connection to one cluster node that counts the redirections it is answered and keeps the
+/// node's state gauge.
 #[derive(Clone)]
-pub struct Observed(MultiplexedConnection);
+pub struct Observed {
+    conn: MultiplexedConnection,
+    state: Option<IntGauge>,
+}
+
+impl Observed {
+    fn seen<T>(&self, result: &Result<T, RedisError>) {
+        if let Some(gauge) = &self.state {
+            gauge.set(i64::from(!matches!(result, Err(e) if unreachable(e))));
+        }
+    }
+}
 
 impl ConnectionLike for Observed {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         async move {
-            let value = self.0.req_packed_command(cmd).await?;
+            let result = self.conn.req_packed_command(cmd).await;
+            self.seen(&result);
+            let value = result?;
             observe(&value);
             Ok(value)
         }
@@ -118,7 +163,9 @@ impl ConnectionLike for Observed {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         async move {
-            let values = self.0.req_packed_commands(pipeline, offset, count).await?;
+            let result = self.conn.req_packed_commands(pipeline, offset, count).await;
+            self.seen(&result);
+            let values = result?;
             values.iter().for_each(observe);
             Ok(values)
         }
@@ -126,7 +173,7 @@ impl ConnectionLike for Observed {
     }
 
     fn get_db(&self) -> i64 {
-        self.0.get_db()
+        self.conn.get_db()
     }
 }
 
@@ -135,9 +182,16 @@ impl Connect for Observed {
     where
         T: IntoConnectionInfo + Send + 'a,
     {
-        MultiplexedConnection::connect_with_config(info, config)
-            .map(|conn| conn.map(Observed))
-            .boxed()
+        async move {
+            let info = info.into_connection_info()?;
+            let state = node_gauge(&info.addr().to_string());
+            let result = MultiplexedConnection::connect_with_config(info, config).await;
+            if let Some(gauge) = &state {
+                gauge.set(i64::from(result.is_ok()));
+            }
+            result.map(|conn| Observed { conn, state })
+        }
+        .boxed()
     }
 }
 

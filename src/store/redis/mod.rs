@@ -433,6 +433,7 @@ impl RedisStore {
             if let Some(certs) = certs {
                 builder = builder.certs(certs);
             }
+            cluster::report_node_state(opts.metrics.nodes());
             Conn::Cluster(Box::new(Cluster {
                 client: builder.build().map_err(clean)?,
                 lanes: PerThread::new(opts.connections, || Ok::<_, StoreError>(OnceCell::new()))?,

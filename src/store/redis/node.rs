@@ -6,7 +6,8 @@
 //! answer, an error reply too) marks the node up, one that fails to connect or times out marks it
 //! down. redis-rs does not expose its connections' state, so this is what it can observe. In a
 //! cluster the connection hides which node served a call, so the store keeps one state for the
-//! cluster as a whole (`node="cluster"`): per-node state and slot moves are not visible there.
+//! cluster as a whole (`node="cluster"`); each node connection keeps its own node's series (see
+//! the `cluster` module).
 //!
 //! Each time the node comes up (the first answer after start, and after every outage: a
 //! reconnect), the store reads `CONFIG GET maxmemory-policy` and warns when the policy can evict
