@@ -275,9 +275,9 @@ impl Transport {
 /// | `slidegate.decision` | `OK` or `OVER_LIMIT` |
 /// | `slidegate.descriptor_decisions` | each descriptor's code, in order, at most 16 |
 /// | `slidegate.shadow_mode` | whether the global shadow mode is on |
-/// | `slidegate.store` | `memory`, `redis` or `redis-cluster` |
+/// | `slidegate.store` | `memory`, `redis`, `redis-sentinel` or `redis-cluster` |
 /// | `slidegate.store.duration` | seconds in the store call (for Redis, the round trip); absent without one |
-/// | `slidegate.failure_mode`, `error.type` | when the store failed: the mode that answered, and `timeout`, `connection` or `backend` |
+/// | `slidegate.failure_mode`, `error.type` | when the store failed: the mode that answered, and `timeout`, `connection`, `oom` or `backend` |
 ///
 /// An answer of gRPC `UNAVAILABLE` or HTTP 5xx sets the span's status to error.
 pub struct DecisionSpan {
