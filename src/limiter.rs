@@ -197,6 +197,9 @@ pub trait Observer {
     /// Whether [`Observer::rule`] wants the matched rules (the loop over them is skipped if not).
     const WANTS_RULES: bool = false;
 
+    /// The request's domain, before anything is decided.
+    fn domain(&mut self, _domain: &str) {}
+
     /// A matched rule, by its metrics label (its `name`, or its descriptor path), once per
     /// descriptor that matched one.
     fn rule(&mut self, _label: &str) {}
@@ -325,6 +328,7 @@ impl RateLimiter {
         request: &Request<'_>,
         observer: &mut O,
     ) -> Result<Response, LimitError> {
+        observer.domain(request.domain);
         validate(request, &self.options.limits)?;
         // One load per request. `load_full` (a reference count, not a copy of the rules) rather
         // than a guard, because the matches borrow from the rules across the store's `await`.

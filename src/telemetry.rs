@@ -3,7 +3,7 @@
 //! Off unless `--otlp-endpoint` is given. Off, there is no exporter, no queue, no task, and the
 //! transports do not look at a single header: they ask the limiter for [`Traces`], get `None`,
 //! and call [`RateLimiter::should_rate_limit`](crate::limiter::RateLimiter::should_rate_limit),
-//! whose observer is `()` (BENCHMARKS.md, *Traces*, measures the difference).
+//! whose observer is `()` (BENCHMARKS.md, *Traces off*, measures the difference).
 //!
 //! On, each `ShouldRateLimit` call, `POST /json` and `/check` request:
 //!
@@ -203,14 +203,14 @@ impl Traces {
         if !span.is_recording() {
             return None;
         }
-        Some(DecisionSpan {
+        Some(DecisionSpan(Box::new(Recording {
             span,
             transport,
             attributes: Vec::with_capacity(10),
             rules: Vec::new(),
             shadow_mode: self.shadow_mode,
             store: self.store,
-        })
+        })))
     }
 
     /// Exports what is queued, waiting at most `timeout` (at shutdown, after the drain).
@@ -280,7 +280,13 @@ impl Transport {
 /// | `slidegate.failure_mode`, `error.type` | when the store failed: the mode that answered, and `timeout`, `connection`, `oom` or `backend` |
 ///
 /// An answer of gRPC `UNAVAILABLE` or HTTP 5xx sets the span's status to error.
-pub struct DecisionSpan {
+///
+/// One pointer wide: requests that are not traced carry an `Option<DecisionSpan>` through their
+/// futures, which would otherwise grow (and be copied) by the SDK span's size.
+pub struct DecisionSpan(Box<Recording>);
+
+/// What a [`DecisionSpan`] holds.
+struct Recording {
     span: Span,
     transport: Transport,
     attributes: Vec<KeyValue>,
@@ -290,20 +296,14 @@ pub struct DecisionSpan {
 }
 
 impl DecisionSpan {
-    /// The request's domain, once decoded.
-    pub fn domain(&mut self, domain: &str) {
-        self.attributes
-            .push(KeyValue::new("slidegate.domain", bounded(domain)));
-    }
-
     /// Ends the span with the answer: the limiter's `result` (an error also when the request
     /// did not decode) and the status the transport answered (gRPC code or HTTP status).
     pub fn end(mut self, result: Result<&Response, &dyn Display>, status: u16) {
-        let mut attributes = std::mem::take(&mut self.attributes);
-        attributes.push(KeyValue::new("slidegate.shadow_mode", self.shadow_mode));
-        attributes.push(KeyValue::new("slidegate.store", self.store));
-        if !self.rules.is_empty() {
-            let rules = std::mem::take(&mut self.rules);
+        let mut attributes = std::mem::take(&mut self.0.attributes);
+        attributes.push(KeyValue::new("slidegate.shadow_mode", self.0.shadow_mode));
+        attributes.push(KeyValue::new("slidegate.store", self.0.store));
+        if !self.0.rules.is_empty() {
+            let rules = std::mem::take(&mut self.0.rules);
             attributes.push(KeyValue::new(
                 "slidegate.rules",
                 Value::Array(Array::String(rules)),
@@ -322,7 +322,7 @@ impl DecisionSpan {
                 Value::Array(Array::String(codes)),
             ));
         }
-        let failed = match self.transport {
+        let failed = match self.0.transport {
             Transport::Grpc => {
                 attributes.push(KeyValue::new("rpc.grpc.status_code", i64::from(status)));
                 // OpenTelemetry's server-side error codes; UNAVAILABLE is the one answered here.
@@ -336,34 +336,42 @@ impl DecisionSpan {
                 status >= 500
             }
         };
-        self.span.set_attributes(attributes);
+        self.0.span.set_attributes(attributes);
         if failed && let Err(error) = result {
-            self.span.set_status(Status::error(error.to_string()));
+            self.0.span.set_status(Status::error(error.to_string()));
         }
-        self.span.end();
+        self.0.span.end();
     }
 }
 
 impl Observer for DecisionSpan {
     const WANTS_RULES: bool = true;
 
+    fn domain(&mut self, domain: &str) {
+        self.0
+            .attributes
+            .push(KeyValue::new("slidegate.domain", bounded(domain)));
+    }
+
     fn rule(&mut self, label: &str) {
-        if self.rules.len() < MAX_LISTED {
-            self.rules.push(bounded(label).into());
+        if self.0.rules.len() < MAX_LISTED {
+            self.0.rules.push(bounded(label).into());
         }
     }
 
     fn store_call(&mut self, elapsed: Duration) {
-        self.attributes.push(KeyValue::new(
+        self.0.attributes.push(KeyValue::new(
             "slidegate.store.duration",
             elapsed.as_secs_f64(),
         ));
     }
 
     fn store_failed(&mut self, error: &StoreError, mode: FailureMode) {
-        self.attributes
+        self.0
+            .attributes
             .push(KeyValue::new("slidegate.failure_mode", mode.as_str()));
-        self.attributes
+        self.0
+            .attributes
             .push(KeyValue::new("error.type", error.kind()));
     }
 }

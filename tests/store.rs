@@ -1790,8 +1790,9 @@ async fn redis_bucket_counter_keeps_its_total_and_oldest() {
             .await
             .expect("decide");
         let fields = server.cli(&["HGETALL", &key]);
-        if fields.trim().is_empty() && sent.elapsed() >= w {
-            // Looked at so late (a loaded machine) that the counter may have expired since.
+        if fields.trim().is_empty() && sent.elapsed() >= d.counters[0].reset_after {
+            // Looked at so late (a loaded machine) that the counter may have expired since: its
+            // key lives at least until its oldest hits leave the window (`reset_after`).
             continue;
         }
         let lines: Vec<&str> = fields.lines().filter(|l| !l.is_empty()).collect();

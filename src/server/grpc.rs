@@ -102,7 +102,13 @@ impl GrpcApp {
                 respond,
                 limits.clone(),
                 move |message: RequestBytes| async move {
-                    service.should_rate_limit(message, span).await
+                    match span {
+                        None => service.should_rate_limit(message).await,
+                        // Boxed: an untraced call's future stays the size it is without traces.
+                        Some(span) => {
+                            Box::pin(service.should_rate_limit_traced(message, span)).await
+                        }
+                    }
                 },
             ))
         } else {

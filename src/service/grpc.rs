@@ -41,7 +41,7 @@ use tonic::Status;
 
 use super::{unit_from_override, unit_to_proto};
 use crate::limiter::{
-    Code, Descriptor, DescriptorStatus, LimitError, LimitOverride, RateLimiter, Request,
+    Code, Descriptor, DescriptorStatus, LimitError, LimitOverride, Observer, RateLimiter, Request,
     RequestLimits, Response,
 };
 use crate::metrics::Transport;
@@ -66,33 +66,46 @@ impl GrpcService {
         GrpcService { limiter }
     }
 
-    /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call; `span`
-    /// (a sampled call with traces on, see [`GrpcService::span`]) records it.
+    /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call.
     pub async fn should_rate_limit(
         &self,
         message: RequestBytes,
-        mut span: Option<DecisionSpan>,
     ) -> Result<RateLimitResponse, Status> {
+        answer(self.decide(message, &mut ()).await)
+    }
+
+    /// [`GrpcService::should_rate_limit`] for a sampled call with traces on (see
+    /// [`GrpcService::span`]), recorded by `span`.
+    pub async fn should_rate_limit_traced(
+        &self,
+        message: RequestBytes,
+        mut span: DecisionSpan,
+    ) -> Result<RateLimitResponse, Status> {
+        let result = self.decide(message, &mut span).await;
+        end_span(span, &result);
+        answer(result)
+    }
+
+    /// Decodes within the limits, decides (told to `observer`), and counts the call.
+    async fn decide<O: Observer>(
+        &self,
+        message: RequestBytes,
+        observer: &mut O,
+    ) -> Result<Response, LimitError> {
         let started = Instant::now();
         let result = match decode(&message.0, &self.limiter.options().limits) {
-            Ok(proto) => super::decide(&self.limiter, &from_proto(&proto), &mut span).await,
+            Ok(proto) => {
+                let request = from_proto(&proto);
+                self.limiter
+                    .should_rate_limit_observed(&request, observer)
+                    .await
+            }
             Err(error) => Err(error),
         };
         self.limiter
             .metrics()
             .observe_request(Transport::Grpc, started.elapsed());
-        let answer = match result {
-            Ok(response) => Ok(response),
-            Err(LimitError::InvalidArgument(message)) => Err(Status::invalid_argument(message)),
-            Err(error @ LimitError::Unavailable(_)) => Err(Status::unavailable(error.to_string())),
-        };
-        if let Some(span) = span {
-            match &answer {
-                Ok(response) => span.end(Ok(response), 0),
-                Err(status) => span.end(Err(&status.message()), status.code() as u16),
-            }
-        }
-        answer.map(to_proto)
+        result
     }
 
     /// A span for a call with these headers (its metadata), when traces are on and the call is
@@ -101,6 +114,30 @@ impl GrpcService {
         self.limiter
             .traces()
             .and_then(|traces| traces.begin(headers, TraceTransport::Grpc))
+    }
+}
+
+/// The call's answer: the response, or the status a [`LimitError`] is answered with.
+fn answer(result: Result<Response, LimitError>) -> Result<RateLimitResponse, Status> {
+    match result {
+        Ok(response) => Ok(to_proto(response)),
+        Err(LimitError::InvalidArgument(message)) => Err(Status::invalid_argument(message)),
+        Err(error @ LimitError::Unavailable(_)) => Err(Status::unavailable(error.to_string())),
+    }
+}
+
+/// Ends a traced call's span with the answer the call gets: the gRPC code a [`LimitError`] is
+/// answered with.
+fn end_span(span: DecisionSpan, result: &Result<Response, LimitError>) {
+    match result {
+        Ok(response) => span.end(Ok(response), 0),
+        Err(error) => {
+            let code = match error {
+                LimitError::InvalidArgument(_) => tonic::Code::InvalidArgument,
+                LimitError::Unavailable(_) => tonic::Code::Unavailable,
+            };
+            span.end(Err(error), code as u16);
+        }
     }
 }
 

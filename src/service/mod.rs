@@ -70,10 +70,8 @@ pub async fn decide(
 ) -> Result<Response, LimitError> {
     match span {
         None => limiter.should_rate_limit(request).await,
-        Some(span) => {
-            span.domain(request.domain);
-            limiter.should_rate_limit_observed(request, span).await
-        }
+        // Boxed: the untraced requests' futures keep the size they have without traces.
+        Some(span) => Box::pin(limiter.should_rate_limit_observed(request, span)).await,
     }
 }
 
