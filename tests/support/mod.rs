@@ -126,26 +126,18 @@ impl RedisServer {
     pub fn spawn(args: &[&str], port: u16) -> Option<RedisServer> {
         let bin = require_program("redis-server")?;
         let dir = tempfile::tempdir().expect("tempdir");
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        command
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir.path())
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let server = RedisServer {
+            .args(args);
+        Some(RedisServer {
             port,
-            process: KillOnDrop(child),
+            process: spawn_listening(&mut command, port, "redis-server"),
             dir,
-        };
-        let up = wait_until(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        assert!(up, "redis-server did not start on port {port}");
-        Some(server)
+        })
     }
 
     pub fn url(&self) -> String {
@@ -168,6 +160,21 @@ impl RedisServer {
     pub fn command_calls(&self, command: &str) -> u64 {
         command_calls(&self.cli(&["INFO", "commandstats"]), command)
     }
+}
+
+/// Spawns `command` (its output discarded) and waits until it accepts connections on `port`.
+pub fn spawn_listening(command: &mut Command, port: u16, what: &str) -> KillOnDrop {
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let process = KillOnDrop(child);
+    let up = wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "{what} did not start on port {port}");
+    process
 }
 
 /// Reads `cmdstat_<command>:calls=N,...` from `INFO commandstats` output.

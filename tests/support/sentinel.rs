@@ -1,10 +1,10 @@
 //! Redis Sentinel for tests: a primary, a replica and three sentinels on free ports, each sentinel
 //! `redis-server FILE --sentinel` with a config file of its own (sentinels rewrite it).
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{KillOnDrop, RedisServer, free_port, require_program, wait_until};
+use super::{KillOnDrop, RedisServer, free_port, require_program, spawn_listening, wait_until};
 
 /// The master name the test sentinels monitor.
 pub const MASTER: &str = "mymaster";
@@ -36,23 +36,13 @@ impl SentinelServer {
             config.push('\n');
         }
         std::fs::write(&file, config).expect("sentinel config");
-        let child = Command::new(bin)
-            .arg(&file)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server --sentinel");
-        let sentinel = SentinelServer {
+        let mut command = Command::new(bin);
+        command.arg(&file).arg("--sentinel");
+        Some(SentinelServer {
             port,
-            process: KillOnDrop(child),
+            process: spawn_listening(&mut command, port, "redis-server --sentinel"),
             dir,
-        };
-        let up = wait_until(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        assert!(up, "sentinel did not start on port {port}");
-        Some(sentinel)
+        })
     }
 
     /// Runs `redis-cli` against this sentinel and returns its stdout.
