@@ -126,13 +126,7 @@ impl RedisServer {
     pub fn spawn(args: &[&str], port: u16) -> Option<RedisServer> {
         let bin = require_program("redis-server")?;
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut command = Command::new(bin);
-        command
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .args(args);
+        let mut command = redis_server_command(&bin, dir.path(), args);
         Some(RedisServer {
             port,
             process: spawn_listening(&mut command, port, "redis-server"),
@@ -146,13 +140,35 @@ impl RedisServer {
 
     /// Runs `redis-cli` against this server and returns its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        redis_cli(self.port, args)
     }
+}
+
+/// Runs `redis-cli -p PORT ARGS...` and returns its stdout, trimmed.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `redis-server` bound to 127.0.0.1, without persistence, in `dir`, then `args` (which may
+/// turn persistence on again).
+pub fn redis_server_command(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> Command {
+    let mut command = Command::new(bin);
+    command
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .args(args);
+    command
 }
 
 impl RedisServer {

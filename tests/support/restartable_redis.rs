@@ -2,10 +2,12 @@
 //! or without persistence: for restarts (AOF) and memory pressure. Kept apart from `mod.rs`'s
 //! throwaway [`RedisServer`](crate::support::RedisServer), which always starts empty and never persists.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use crate::support::{KillOnDrop, free_port, require_program, wait_until};
+use crate::support::{
+    KillOnDrop, free_port, redis_cli, redis_server_command, require_program, wait_until,
+};
 
 pub struct RestartableRedis {
     pub port: u16,
@@ -32,12 +34,13 @@ impl RestartableRedis {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .args(&self.args)
+        let port = self.port.to_string();
+        let args: Vec<&str> = ["--port", port.as_str()]
+            .into_iter()
+            .chain(self.args.iter().map(String::as_str))
+            .collect();
+        let bin = std::path::Path::new("redis-server");
+        let child = redis_server_command(bin, self.dir.path(), &args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -66,11 +69,6 @@ impl RestartableRedis {
 
     /// Runs `redis-cli` against this server and returns its stdout, trimmed.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        redis_cli(self.port, args)
     }
 }

@@ -47,12 +47,7 @@ impl SentinelServer {
 
     /// Runs `redis-cli` against this sentinel and returns its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        super::redis_cli(self.port, args)
     }
 
     /// The port of the primary this sentinel names now.

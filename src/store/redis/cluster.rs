@@ -122,10 +122,7 @@ fn node_gauge(addr: &str) -> Option<IntGauge> {
 
 /// Whether `error` means the node could not be reached (rather than it answering an error).
 fn unreachable(error: &RedisError) -> bool {
-    error.is_io_error()
-        || error.is_connection_dropped()
-        || error.is_connection_refusal()
-        || error.is_timeout()
+    error.is_timeout() || super::connection_lost(error)
 }
 
 /// A connection to one cluster node that counts the redirections it is answered and keeps the
@@ -139,7 +136,11 @@ pub struct Observed {
 impl Observed {
     fn seen<T>(&self, result: &Result<T, RedisError>) {
         if let Some(gauge) = &self.state {
-            gauge.set(i64::from(!matches!(result, Err(e) if unreachable(e))));
+            let up = i64::from(!matches!(result, Err(e) if unreachable(e)));
+            // Read first: every reply would otherwise write the line all cores read.
+            if gauge.get() != up {
+                gauge.set(up);
+            }
         }
     }
 }

@@ -876,6 +876,14 @@ impl RedisStore {
     }
 }
 
+/// Whether `e` means the connection could not be made or is gone (rather than an answer).
+fn connection_lost(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+}
+
 impl Shared {
     /// Maps a client error to a [`StoreError`] whose text holds no password.
     fn error(&self, e: RedisError) -> StoreError {
@@ -884,11 +892,7 @@ impl Shared {
             StoreError::Timeout(self.timeout)
         } else if e.code() == Some("OOM") {
             StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
-        } else if e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.is_unrecoverable_error()
-        {
+        } else if connection_lost(&e) {
             StoreError::Connection(format!("{}: {text}", self.endpoint))
         } else {
             StoreError::Backend(format!("{}: {text}", self.endpoint))

@@ -401,11 +401,7 @@ impl PrimaryConn {
 /// Whether an error means the server we write to may not be the primary any more: it cannot be
 /// reached, or it answers as a read-only replica.
 fn moved(error: &RedisError) -> bool {
-    error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
-        || error.is_io_error()
-        || error.is_connection_dropped()
-        || error.is_connection_refusal()
-        || error.is_unrecoverable_error()
+    error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) || super::connection_lost(error)
 }
 
 /// Whether a reply is a `READONLY` error (pipelines answer errors in place).
