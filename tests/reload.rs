@@ -467,13 +467,14 @@ fn rule_files_over_the_size_bound_are_refused() {
 
     std::fs::write(&file, rules(1)).expect("write");
     let server = Slidegate::start(&file, &[]);
+    // Written in place (truncated, then filled): a reader may see the file empty, then whole.
     std::fs::write(&file, &big).expect("grow");
-    assert!(wait_until(WAIT, || failures(&server) >= 1.0));
     assert!(
-        server.log().contains("larger than 8 MiB"),
+        wait_until(WAIT, || server.log().contains("larger than 8 MiB")),
         "{}",
         server.log()
     );
+    assert!(failures(&server) >= 1.0);
     assert!(serves(&server, 1));
 }
 

@@ -43,6 +43,15 @@ pub(crate) const DEBOUNCE: Duration = Duration::from_millis(250);
 /// nothing worth measuring; short enough that a missed change is served within a minute.
 pub const VERIFY_INTERVAL: Duration = Duration::from_secs(30);
 
+/// The longest a reload waits for the rule files to be quiet: a file written without pause for
+/// longer is read as it is then, and again after the writes that follow.
+const MAX_SETTLE: Duration = Duration::from_secs(2);
+
+/// How many times [`Watches::follow`] resolves the path again when it moved while the watches
+/// were being set. Each round needs another change in that instant; this bounds a path that
+/// changes without pause, which the next event or the periodic check then follows.
+const MAX_FOLLOW_ROUNDS: usize = 8;
+
 /// The result of one reload attempt.
 #[derive(Debug, Clone)]
 pub enum ReloadOutcome {
@@ -153,12 +162,7 @@ async fn run(
     loop {
         tokio::select! {
             Some(paths) = events.recv() => {
-                // Several debounced batches may have queued up: one reload covers them.
-                let mut relevant = watches.notice(&paths);
-                while let Ok(more) = events.try_recv() {
-                    relevant |= watches.notice(&more);
-                }
-                if relevant {
+                if settle(&mut watches, &mut events, &paths).await {
                     watches.follow(&watched);
                     inner.reload_if_changed().await;
                 }
@@ -180,6 +184,29 @@ async fn run(
             else => break,
         }
     }
+}
+
+/// Whether the batch of changed `paths` touches the rule path; if it does, first waits until the
+/// files are quiet for [`DEBOUNCE`] (at most [`MAX_SETTLE`]), taking in the batches that follow.
+/// The debouncer delays each event by `DEBOUNCE` but passes on the events of a slow write (a
+/// stalled `cp`, a big file written in pieces) as they age, and one reload must cover them all:
+/// reading before the writer is done would report a half-written file as a failed reload.
+async fn settle(
+    watches: &mut Watches,
+    events: &mut UnboundedReceiver<Vec<PathBuf>>,
+    paths: &[PathBuf],
+) -> bool {
+    if !watches.notice(paths) {
+        return false;
+    }
+    let give_up = tokio::time::Instant::now() + MAX_SETTLE;
+    while let Ok(Some(more)) = tokio::time::timeout(DEBOUNCE, events.recv()).await {
+        watches.notice(&more);
+        if tokio::time::Instant::now() >= give_up {
+            break;
+        }
+    }
+    true
 }
 
 /// The file watcher and the directories it watches now.
@@ -234,11 +261,24 @@ impl Watches {
 
     /// Resolves `path` again and moves the watches to what it names now. Called before the
     /// files are read, so that a change after the read always has a watch to report it.
+    ///
+    /// A change between resolving the path and setting a watch on a directory has no watch to
+    /// report it (a directory replaced by a symlink as the reloader starts: the new target was
+    /// never watched and its edits were missed). So the path is resolved again once the watches
+    /// are set, until it resolves as watched: any later change has a watch.
     fn follow(&mut self, path: &Path) {
-        let plan = follow::plan(path);
-        if plan == self.plan {
-            return;
+        for _ in 0..MAX_FOLLOW_ROUNDS {
+            let plan = follow::plan(path);
+            if plan == self.plan {
+                return;
+            }
+            self.move_to(plan);
+            tracing::debug!(path = %path.display(), plan = ?self.plan, "watching the rule path");
         }
+    }
+
+    /// Unwatches the directories `plan` drops and watches those it adds.
+    fn move_to(&mut self, plan: Plan) {
         let old: Vec<_> = self.plan.dirs().map(|(d, id)| (d.to_owned(), id)).collect();
         for (dir, identity) in &old {
             if !plan.dirs().any(|(d, id)| d == dir && id == *identity) {
@@ -260,7 +300,6 @@ impl Watches {
                 );
             }
         }
-        tracing::debug!(path = %path.display(), plan = ?plan, "watching the rule path");
         self.plan = plan;
     }
 }
