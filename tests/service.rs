@@ -1531,7 +1531,10 @@ async fn workers_share_counters_across_connections() {
         return;
     };
     let url = redis.url();
-    for store in [&[][..], &["--redis-url", url.as_str()][..]] {
+    // A long Redis timeout: four workers on a loaded two-core machine can stall a call past the
+    // default 50 ms, and this test is about sharing counters, not about timeouts.
+    let redis_store = ["--redis-url", url.as_str(), "--redis-timeout", "5s"];
+    for store in [&[][..], &redis_store[..]] {
         let server = Server::start(&[&["--workers", "4"], store].concat());
         let workers = || {
             std::fs::read_dir(format!("/proc/{}/task", server.pid()))
