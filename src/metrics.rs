@@ -15,7 +15,7 @@
 //! | `slidegate_redis_calls_total` | counter | `result` (`ok`, `expired`, `timeout`, `connection`, `oom`, `backend`) | script calls to Redis by how they ended for their callers |
 //! | `slidegate_redis_deadline_expired_total` | counter | | script calls that reached Redis after their callers' deadline and recorded nothing, answered in time or late |
 //! | `slidegate_redis_late_recorded_total` | counter | | script calls answered after their callers gave up that had run before the deadline: the hits of the requests they admitted count although the callers got the failure mode |
-//! | `slidegate_redis_node_up` | gauge | `node` (`host:port`; in a cluster each node, and `cluster` for the cluster as calls see it) | 1 while the last call or health check on the node got an answer, 0 after one failed to connect or timed out (a cluster node: its connection connected or got a reply, or failed to connect, dropped or timed out) |
+//! | `slidegate_redis_node_up` | gauge | `node` (`host:port`; in a cluster each node, and `cluster` for the cluster as calls see it; through Sentinel the primary in use) | 1 while the last call or health check on the node got an answer, 0 after one failed to connect or timed out (a cluster node: its connection connected or got a reply, or failed to connect, dropped or timed out) |
 //! | `slidegate_store_redirections_total` | counter | `kind` (`moved`, `ask`, `tryagain`) | Redis Cluster replies that sent a script call to another node or asked for it again (slot migrations); the client retried them |
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |
 //! | `slidegate_config_reloads_total` | counter | `result` (`success`, `failure`) | rule reload attempts |

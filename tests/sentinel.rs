@@ -92,6 +92,7 @@ async fn follows_a_failover_under_load_and_stays_exact() {
         .expect("spawn slidegate bench");
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
+    let old_primary = set.primary.as_ref().map(|p| p.port).expect("a primary");
     let killed = set.kill_primary();
     // Watch the sentinels and the probe at once: promotion as the test's sentinel sees it, and
     // the first deny after the kill (the store deciding again, on the new primary).
@@ -148,6 +149,16 @@ async fn follows_a_failover_under_load_and_stays_exact() {
     assert_eq!(
         metric_value(&metrics, "slidegate_store_failovers_total"),
         1.0
+    );
+    // The node's series follows the primary: the killed one is down, the promoted one up.
+    let node_up = |port: u16| {
+        let series = format!("slidegate_redis_node_up{{node=\"127.0.0.1:{port}\"}}");
+        metric_value(&metrics, &series)
+    };
+    assert_eq!(
+        (node_up(old_primary), node_up(set.replica.port)),
+        (0.0, 1.0),
+        "{metrics}"
     );
     let failed_open = metric_value(&metrics, "slidegate_failure_mode_total{mode=\"allow\"}");
     assert!(failed_open > 0.0);

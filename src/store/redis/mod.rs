@@ -502,13 +502,16 @@ impl RedisStore {
             Ok::<_, StoreError>(Lane::new(sentinels.connection(), false))
         })?;
         let endpoint = sentinels.endpoint();
-        Ok(Self::with_conn(
-            opts,
-            Conn::Sentinel(lanes),
-            redactor,
-            endpoint,
-            "sentinel".to_string(),
-        ))
+        let primary = sentinels.primary();
+        let store = Self::with_conn(opts, Conn::Sentinel(lanes), redactor, endpoint, primary);
+        // The node's series and eviction-policy check follow the primary.
+        let shared = Arc::clone(&store.shared);
+        sentinels.on_failover(Box::new(move |addr: &str| {
+            shared
+                .node
+                .moved_to(addr.to_string(), shared.metrics.node(addr));
+        }));
+        Ok(store)
     }
 
     /// The deny cache, when on.

@@ -19,6 +19,7 @@
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use prometheus::IntGauge;
 
 use super::redact::Redactor;
@@ -37,10 +38,10 @@ pub const SAFE_POLICIES: &[&str] = &["noeviction"];
 /// One node's (or a cluster's) state as calls see it.
 #[derive(Debug)]
 pub struct NodeHealth {
-    /// Redacted address, for logs.
-    name: String,
+    /// The node's redacted address (for logs) and its gauge; another node's after a Sentinel
+    /// failover ([`NodeHealth::moved_to`]). Locked only when the state changes.
+    node: Mutex<(String, IntGauge)>,
     state: AtomicU8,
-    gauge: IntGauge,
     /// When the process started: the clock of `last_oom_log`.
     epoch: Instant,
     /// Milliseconds since `epoch` of the last OOM warning (0: never), and the ones not logged.
@@ -51,9 +52,8 @@ pub struct NodeHealth {
 impl NodeHealth {
     pub fn new(name: String, gauge: IntGauge) -> NodeHealth {
         NodeHealth {
-            name,
+            node: Mutex::new((name, gauge)),
             state: AtomicU8::new(UNKNOWN),
-            gauge,
             epoch: Instant::now(),
             last_oom_log: AtomicU64::new(0),
             oom_unlogged: AtomicU64::new(0),
@@ -66,15 +66,29 @@ impl NodeHealth {
         if self.state.load(Ordering::Relaxed) == UP {
             return false;
         }
-        self.gauge.set(1);
+        self.node.lock().1.set(1);
         self.state.swap(UP, Ordering::Relaxed) != UP
     }
 
     /// A call failed to connect or timed out.
     pub fn unreachable(&self) {
         if self.state.swap(DOWN, Ordering::Relaxed) != DOWN {
-            self.gauge.set(0);
+            self.node.lock().1.set(0);
         }
+    }
+
+    /// Calls go to another node from now on (the primary the sentinels named after a failover):
+    /// the old node's series goes to 0, and the new node's first answer sets its own series and
+    /// has its eviction policy checked, as after a reconnect.
+    pub fn moved_to(&self, name: String, gauge: IntGauge) {
+        let mut node = self.node.lock();
+        node.1.set(0);
+        *node = (name, gauge);
+        self.state.store(UNKNOWN, Ordering::Relaxed);
+    }
+
+    fn name(&self) -> String {
+        self.node.lock().0.clone()
     }
 
     /// Redis refused a call for lack of memory: one warning per [`OOM_LOG_EVERY`], saying how many
@@ -97,7 +111,7 @@ impl NodeHealth {
         }
         let refused = self.oom_unlogged.swap(0, Ordering::Relaxed) + 1;
         tracing::warn!(
-            node = %self.name,
+            node = %self.name(),
             refused,
             error,
             "Redis is out of memory (maxmemory reached, noeviction): it refuses to record hits, so \
@@ -111,7 +125,7 @@ impl NodeHealth {
     where
         C: ::redis::aio::ConnectionLike + Send + 'static,
     {
-        let name = self.name.clone();
+        let name = self.name();
         tokio::spawn(async move {
             let mut conn = conn;
             let mut cmd = ::redis::cmd("CONFIG");
@@ -159,6 +173,19 @@ mod tests {
         assert_eq!(gauge.get(), 0);
         assert!(node.answered(), "back after an outage: check again");
         assert_eq!(gauge.get(), 1);
+    }
+
+    #[test]
+    fn a_failover_moves_the_series_to_the_new_primary() {
+        let old = IntGauge::new("old", "g").expect("gauge");
+        let new = IntGauge::new("new", "g").expect("gauge");
+        let node = NodeHealth::new("127.0.0.1:6379".into(), old.clone());
+        assert!(node.answered());
+        node.moved_to("127.0.0.1:6380".into(), new.clone());
+        assert_eq!((old.get(), new.get()), (0, 0));
+        assert!(node.answered(), "the new primary's first answer is news");
+        assert_eq!((old.get(), new.get()), (0, 1));
+        assert_eq!(node.name(), "127.0.0.1:6380");
     }
 
     #[test]

@@ -111,7 +111,12 @@ pub struct Sentinels {
     manager_config: ConnectionManagerConfig,
     failovers: IntCounter,
     redactor: Redactor,
+    /// Told the new primary's address after each failover ([`Sentinels::on_failover`]).
+    on_failover: std::sync::OnceLock<FailoverHook>,
 }
+
+/// What [`Sentinels::on_failover`] calls with the new primary's address.
+pub type FailoverHook = Box<dyn Fn(&str) + Send + Sync>;
 
 /// A primary the sentinels named; `generation` changes with the address.
 struct Primary {
@@ -172,6 +177,7 @@ impl Sentinels {
             manager_config,
             failovers: opts.failovers.clone(),
             redactor: redactor.clone(),
+            on_failover: std::sync::OnceLock::new(),
         };
         let (addr, client) = sentinels.lookup().await?;
         sentinels.primary = ArcSwap::from_pointee(Primary {
@@ -191,6 +197,12 @@ impl Sentinels {
     pub fn endpoint(&self) -> String {
         let addrs: Vec<&str> = self.clients.iter().map(|(a, _)| a.as_str()).collect();
         format!("sentinel:{}@{}", self.master, addrs.join(","))
+    }
+
+    /// Calls `hook` with the new primary's address after each failover followed (the first hook
+    /// set stays).
+    pub fn on_failover(&self, hook: FailoverHook) {
+        let _ = self.on_failover.set(hook);
     }
 
     /// A connection for one serving thread (connected on first use).
@@ -280,6 +292,9 @@ impl Sentinels {
             "Redis Sentinel failover: following the new primary"
         );
         self.failovers.inc();
+        if let Some(hook) = self.on_failover.get() {
+            hook(&addr);
+        }
         self.primary.store(Arc::new(Primary {
             generation: current.generation + 1,
             addr,
