@@ -187,10 +187,7 @@ async fn run(
 }
 
 /// Whether the batch of changed `paths` touches the rule path; if it does, first waits until the
-/// files are quiet for [`DEBOUNCE`] (at most [`MAX_SETTLE`]), taking in the batches that follow.
-/// The debouncer delays each event by `DEBOUNCE` but passes on the events of a slow write (a
-/// stalled `cp`, a big file written in pieces) as they age, and one reload must cover them all:
-/// reading before the writer is done would report a half-written file as a failed reload.
+/// files are quiet ([`until_quiet`]), taking in the batches that follow.
 async fn settle(
     watches: &mut Watches,
     events: &mut UnboundedReceiver<Vec<PathBuf>>,
@@ -199,14 +196,26 @@ async fn settle(
     if !watches.notice(paths) {
         return false;
     }
+    until_quiet(events, |more| {
+        watches.notice(&more);
+    })
+    .await;
+    true
+}
+
+/// Hands each batch of events that follows to `take` until none comes for [`DEBOUNCE`] (at most
+/// [`MAX_SETTLE`]). The debouncer delays each event by `DEBOUNCE` but passes on the events of a
+/// slow write (a stalled `cp`, a certificate and then its key) as they age, and one read must
+/// cover them all: reading before the writer is done would report a half-written file, or a
+/// certificate without its key, as a failed reload.
+pub(crate) async fn until_quiet<T>(events: &mut UnboundedReceiver<T>, mut take: impl FnMut(T)) {
     let give_up = tokio::time::Instant::now() + MAX_SETTLE;
     while let Ok(Some(more)) = tokio::time::timeout(DEBOUNCE, events.recv()).await {
-        watches.notice(&more);
+        take(more);
         if tokio::time::Instant::now() >= give_up {
             break;
         }
     }
-    true
 }
 
 /// The file watcher and the directories it watches now.

@@ -4,8 +4,9 @@
 //! hours, by renaming a new file over the old one or, in a Secret volume, by swapping the
 //! `..data` symlink that the file names point through. Both show up as events in the directory
 //! that holds the file name, so that directory is watched (not the file, whose inode a rename
-//! replaces), with the rule watcher's debounce (a copy is read once it is complete). A periodic
-//! check covers file systems that send no events.
+//! replaces), with the rule watcher's debounce: the files are read once they have been quiet
+//! for it, so a copy, or a certificate written just before its key, is read once complete. A
+//! periodic check covers file systems that send no events.
 //!
 //! A change is applied only when the files' bytes differ from what is live and from the last
 //! failed attempt (one broken file is reported once, however many events follow). A replacement
@@ -24,7 +25,7 @@ use tokio::task::JoinHandle;
 
 use super::Tls;
 use super::material::{self, Contents, TlsFiles};
-use crate::config::reload::{DEBOUNCE, is_change};
+use crate::config::reload::{DEBOUNCE, is_change, until_quiet};
 use crate::metrics::Metrics;
 
 /// How often the files are read even without an event (network file systems send none).
@@ -78,9 +79,7 @@ impl Rotation {
             verify.reset();
             loop {
                 tokio::select! {
-                    Some(()) = changed.recv() => {
-                        while changed.try_recv().is_ok() {}
-                    }
+                    Some(()) = changed.recv() => until_quiet(&mut changed, |()| {}).await,
                     _ = verify.tick() => {}
                 }
                 state.check();
