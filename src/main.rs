@@ -132,7 +132,8 @@ struct ServeArgs {
     /// Unix domain socket (nginx's `server unix:/path;`).
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: Address,
-    /// Address of the operator listener (plaintext): /metrics, /rlconfig and /healthcheck. The
+    /// Address of the operator listener (plaintext unless --tls-listeners names `admin`):
+    /// /metrics, /rlconfig and /healthcheck. The
     /// data ports never serve the rules or the metrics, and the default binds only the loopback
     /// interface; give Prometheus a reachable address (e.g. 0.0.0.0:6070 in a pod) where it
     /// scrapes. HOST:PORT or unix:/path.
@@ -163,8 +164,10 @@ struct ServeArgs {
         requires = "tls_client_ca_file"
     )]
     tls_client_san: Vec<String>,
-    /// Comma-separated listeners that serve TLS with --tls-cert-file: `grpc`, `http`. The others
-    /// stay plaintext (say, HTTP for a kubelet's /healthcheck probe).
+    /// Comma-separated listeners that serve TLS with --tls-cert-file (and mutual TLS with
+    /// --tls-client-ca-file): `grpc`, `http`, `admin` (the operator listener; Prometheus then
+    /// scrapes with `scheme: https`). The others stay plaintext (say, HTTP for a kubelet's
+    /// /healthcheck probe).
     #[arg(
         long,
         env = "SLIDEGATE_TLS_LISTENERS",

@@ -97,6 +97,21 @@ fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> Slidegate {
     Slidegate::start(rules, &flags)
 }
 
+/// `server`'s certificate and key and `ca`'s certificate written to `tls.crt`, `tls.key` and
+/// `ca.crt` in `dir`; their paths.
+fn pem_files(dir: &Path, server: &Pair, ca: &Ca) -> [String; 3] {
+    [
+        ("tls.crt", &server.cert),
+        ("tls.key", &server.key),
+        ("ca.crt", &ca.pem),
+    ]
+    .map(|(name, pem)| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path.to_str().expect("utf-8 path").to_string()
+    })
+}
+
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
@@ -344,6 +359,66 @@ async fn certificates_rotate_without_a_restart_and_a_broken_one_keeps_the_old() 
     assert!(!log.contains("PRIVATE KEY"), "key material in the log");
 }
 
+/// `--tls-listeners grpc,http,admin` puts the operator listener under the same mutual TLS:
+/// `/metrics` answers an allowed client over HTTPS, and neither plaintext nor a client whose SAN
+/// is not on the list; the refusal is counted with `listener="admin"`.
+#[test]
+fn the_operator_listener_serves_mutual_tls_when_named() {
+    let ca = Ca::new("slidegate test CA");
+    let server = ca.server();
+    let allowed = ca.client(ALLOWED);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [cert, key, client_ca] = pem_files(dir.path(), &server, &ca);
+    let rules = rules();
+    let flags = [
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-client-ca-file",
+        &client_ca,
+        "--tls-client-san",
+        ALLOWED,
+        "--tls-listeners",
+        "grpc,http,admin",
+    ];
+    let slidegate = Slidegate::start(rules.path(), &flags);
+    let admin = slidegate.admin_port;
+    let scrape = || {
+        https_get(admin, &ca.pem, &allowed, "/metrics")
+            .map(|(_, text)| text)
+            .unwrap_or_default()
+    };
+    let text = scrape();
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.contains("slidegate_"),
+        "HTTPS /metrics: {text}
+{}",
+        slidegate.log()
+    );
+    assert_eq!(
+        slidegate.get("/metrics").0,
+        0,
+        "plaintext /metrics answered"
+    );
+    let intruder = ca.client("spiffe://cluster.local/ns/edge/sa/intruder");
+    let refused = https_get(admin, &ca.pem, &intruder, "/rlconfig")
+        .map(|(_, text)| text)
+        .unwrap_or_default();
+    assert!(
+        !refused.contains("HTTP/1.1"),
+        "a SAN not on the list: {refused}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let series = "slidegate_tls_handshake_failures_total{listener=\"admin\",reason=\"san_not_allowed\"}";
+            metric_value(&scrape(), series) >= 1.0
+        }),
+        "the refusal was not counted:\n{}",
+        scrape()
+    );
+}
+
 /// envoyproxy/ratelimit's TLS variables (as Envoy Gateway sets them) turn on mutual TLS on the
 /// gRPC port only: a client with an allowed certificate is answered, one with another SAN is
 /// refused, and the HTTP port keeps answering plaintext probes.
@@ -352,16 +427,7 @@ async fn envoyproxy_ratelimit_tls_variables_secure_the_grpc_port_only() {
     let ca = Ca::new("slidegate test CA");
     let server = ca.server();
     let dir = tempfile::tempdir().expect("tempdir");
-    let write = |name: &str, pem: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, pem).expect("write PEM");
-        path.to_str().expect("utf-8 path").to_string()
-    };
-    let (cert, key, client_ca) = (
-        write("tls.crt", &server.cert),
-        write("tls.key", &server.key),
-        write("ca.crt", &ca.pem),
-    );
+    let [cert, key, client_ca] = pem_files(dir.path(), &server, &ca);
     let env = [
         ("GRPC_SERVER_USE_TLS", "true"),
         ("GRPC_SERVER_TLS_CERT", cert.as_str()),

@@ -37,7 +37,7 @@ pub async fn serve(
     mut handoffs: mpsc::UnboundedReceiver<Handoff>,
     app: Router,
     limits: &ServerLimits,
-    tls: Option<Arc<Tls>>,
+    (tls, listener): (Option<Arc<Tls>>, Listener),
     stop: watch::Receiver<bool>,
     drain_over: watch::Receiver<bool>,
 ) {
@@ -69,7 +69,7 @@ pub async fn serve(
                         // One handshake timeout from accept to the first byte, TLS included.
                         let timeout = connection.handshake_timeout;
                         let first_byte_by = tokio::time::Instant::now() + timeout;
-                        let secured = tls::secure(tls.as_deref(), io, peer, Listener::Http, timeout);
+                        let secured = tls::secure(tls.as_deref(), io, peer, listener, timeout);
                         if let Some(io) = secured.await {
                             connection.serve(io, first_byte_by).await;
                         }

@@ -271,14 +271,20 @@ impl Worker {
             self.http,
             self.apps.http,
             &self.limits,
-            self.tls,
+            (self.tls.clone(), Listener::Http),
             self.stop.clone(),
             drain_over.clone(),
         );
-        // The operator listener is plaintext: it belongs on an address only operators reach.
-        let (admin_app, admin_handoffs, limits) = (self.apps.admin, self.admin, &self.limits);
-        let stop = self.stop;
-        let admin = http::serve(admin_handoffs, admin_app, limits, None, stop, drain_over);
+        // The operator listener is plaintext unless `--tls-listeners` names it: it belongs on an
+        // address only operators reach.
+        let admin = http::serve(
+            self.admin,
+            self.apps.admin,
+            &self.limits,
+            (self.tls, Listener::Admin),
+            self.stop,
+            drain_over,
+        );
         let ((), (), ()) = tokio::join!(grpc, http, admin);
         "stopped".to_string()
     }

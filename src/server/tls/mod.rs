@@ -1,4 +1,4 @@
-//! TLS and mutual TLS on both listeners, under the limits every connection gets.
+//! TLS and mutual TLS on the listeners, under the limits every connection gets.
 //!
 //! A worker takes an admitted TCP connection, runs the TLS handshake within the handshake
 //! timeout ([`Tls::accept`]), and hands the decrypted [`Stream`] to the gRPC or HTTP server,
@@ -36,6 +36,9 @@ pub use material::{Material, TlsError, TlsFiles};
 pub enum Listener {
     Grpc,
     Http,
+    /// The operator listener (`/metrics`, `/rlconfig`): TLS only when named, since Prometheus
+    /// needs its own TLS settings to scrape it.
+    Admin,
 }
 
 impl Listener {
@@ -43,6 +46,7 @@ impl Listener {
         match self {
             Listener::Grpc => "grpc",
             Listener::Http => "http",
+            Listener::Admin => "admin",
         }
     }
 }
@@ -87,7 +91,8 @@ impl Tls {
             let live = self.live.load();
             match listener {
                 Listener::Grpc => Arc::clone(&live.grpc),
-                Listener::Http => Arc::clone(&live.http),
+                // HTTP/1.1 and h2, as the data listener.
+                Listener::Http | Listener::Admin => Arc::clone(&live.http),
             }
         };
         let handshake = TlsAcceptor::from(config).accept(io);
