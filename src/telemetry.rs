@@ -62,6 +62,9 @@ pub const BATCH_SPANS: usize = 512;
 /// The longest a span waits for a batch to fill before it is sent.
 pub const BATCH_DELAY: Duration = Duration::from_millis(500);
 
+/// How often a batch being filled takes in the queued spans (see [`fill`]).
+const FILL_TICK: Duration = Duration::from_millis(10);
+
 /// The time one export may take before it counts as failed.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -495,15 +498,7 @@ async fn export_loop(
         };
         match flush {
             None => {
-                let deadline = tokio::time::Instant::now() + BATCH_DELAY;
-                while batch.len() < BATCH_SPANS {
-                    let room = BATCH_SPANS - batch.len();
-                    let more = queued.recv_many(&mut batch, room);
-                    match tokio::time::timeout_at(deadline, more).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
-                    }
-                }
+                fill(&mut queued, &mut batch).await;
                 export(&exporter, &mut batch, &metrics).await;
             }
             Some(done) => {
@@ -515,6 +510,27 @@ async fn export_loop(
                 }
                 export(&exporter, &mut batch, &metrics).await;
                 let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// Takes queued spans into `batch` every [`FILL_TICK`] until it is full or [`BATCH_DELAY`] has
+/// passed. Waiting on the queue instead would wake this task (on another thread) for nearly
+/// every span: at tens of thousands of spans a second, that wake-up cost more than the span.
+async fn fill(queued: &mut mpsc::Receiver<SpanData>, batch: &mut Vec<SpanData>) {
+    let deadline = tokio::time::Instant::now() + BATCH_DELAY;
+    while batch.len() < BATCH_SPANS {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return;
+        }
+        tokio::time::sleep(FILL_TICK.min(deadline - now)).await;
+        while batch.len() < BATCH_SPANS {
+            match queued.try_recv() {
+                Ok(span) => batch.push(span),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return,
             }
         }
     }
