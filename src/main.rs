@@ -133,10 +133,9 @@ struct ServeArgs {
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: Address,
     /// Address of the operator listener (plaintext unless --tls-listeners names `admin`):
-    /// /metrics, /rlconfig and /healthcheck. The
-    /// data ports never serve the rules or the metrics, and the default binds only the loopback
-    /// interface; give Prometheus a reachable address (e.g. 0.0.0.0:6070 in a pod) where it
-    /// scrapes. HOST:PORT or unix:/path.
+    /// /metrics, /rlconfig and /healthcheck. The data ports never serve the rules or the metrics,
+    /// and the default binds only the loopback interface; give Prometheus a reachable address
+    /// (e.g. 0.0.0.0:6070 in a pod) where it scrapes. HOST:PORT or unix:/path.
     #[arg(long, env = "SLIDEGATE_ADMIN_ADDR", default_value = "127.0.0.1:6070")]
     admin_addr: Address,
     /// Permissions of the Unix socket files (octal, e.g. 0660: the owner and its group may

@@ -99,7 +99,7 @@ fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> Slidegate {
 
 /// `server`'s certificate and key and `ca`'s certificate written to `tls.crt`, `tls.key` and
 /// `ca.crt` in `dir`; their paths.
-fn pem_files(dir: &Path, server: &Pair, ca: &Ca) -> [String; 3] {
+fn pem_files(dir: &Path, server: &Pair, ca: &Ca) -> [PathBuf; 3] {
     [
         ("tls.crt", &server.cert),
         ("tls.key", &server.key),
@@ -108,7 +108,7 @@ fn pem_files(dir: &Path, server: &Pair, ca: &Ca) -> [String; 3] {
     .map(|(name, pem)| {
         let path = dir.join(name);
         std::fs::write(&path, pem).expect("write PEM");
-        path.to_str().expect("utf-8 path").to_string()
+        path
     })
 }
 
@@ -185,14 +185,7 @@ async fn mutual_tls_answers_allowed_clients_and_refuses_the_others_with_a_count(
     let server = ca.server();
     let allowed = ca.client(ALLOWED);
     let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key, client_ca) = (
-        dir.path().join("tls.crt"),
-        dir.path().join("tls.key"),
-        dir.path().join("ca.crt"),
-    );
-    std::fs::write(&cert, &server.cert).expect("cert");
-    std::fs::write(&key, &server.key).expect("key");
-    std::fs::write(&client_ca, &ca.pem).expect("ca");
+    let [cert, key, client_ca] = pem_files(dir.path(), &server, &ca);
     let rules = rules();
     let slidegate = start(rules.path(), &cert, &key, &client_ca);
     let port = slidegate.grpc_port;
@@ -372,11 +365,11 @@ fn the_operator_listener_serves_mutual_tls_when_named() {
     let rules = rules();
     let flags = [
         "--tls-cert-file",
-        &cert,
+        path_str(&cert),
         "--tls-key-file",
-        &key,
+        path_str(&key),
         "--tls-client-ca-file",
-        &client_ca,
+        path_str(&client_ca),
         "--tls-client-san",
         ALLOWED,
         "--tls-listeners",
@@ -392,8 +385,7 @@ fn the_operator_listener_serves_mutual_tls_when_named() {
     let text = scrape();
     assert!(
         text.starts_with("HTTP/1.1 200") && text.contains("slidegate_"),
-        "HTTPS /metrics: {text}
-{}",
+        "HTTPS /metrics: {text}\n{}",
         slidegate.log()
     );
     assert_eq!(
@@ -430,9 +422,9 @@ async fn envoyproxy_ratelimit_tls_variables_secure_the_grpc_port_only() {
     let [cert, key, client_ca] = pem_files(dir.path(), &server, &ca);
     let env = [
         ("GRPC_SERVER_USE_TLS", "true"),
-        ("GRPC_SERVER_TLS_CERT", cert.as_str()),
-        ("GRPC_SERVER_TLS_KEY", key.as_str()),
-        ("GRPC_CLIENT_TLS_CACERT", client_ca.as_str()),
+        ("GRPC_SERVER_TLS_CERT", path_str(&cert)),
+        ("GRPC_SERVER_TLS_KEY", path_str(&key)),
+        ("GRPC_CLIENT_TLS_CACERT", path_str(&client_ca)),
         ("GRPC_CLIENT_TLS_SAN", ALLOWED),
     ];
     let rules = rules();
