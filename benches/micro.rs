@@ -29,7 +29,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use slidegate::config::{RuleSet, load_sources};
 use slidegate::limiter::{Options, RateLimiter};
 use slidegate::metrics::Metrics;
-use slidegate::service::grpc::{from_proto, to_proto};
+use slidegate::service::rls::{from_proto, to_proto};
 use slidegate::store::key::TagTemplate;
 use slidegate::store::redis::DenyCache;
 use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore, Precision};

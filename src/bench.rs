@@ -74,7 +74,7 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 
-use crate::server::grpc::encode_frame;
+use crate::server::grpc_port::encode_frame;
 use crate::store::{Counter, CounterKey, Precision, RedisOptions, RedisStore, Store};
 
 /// Errors that stop a benchmark (all but a thread's crash before it measures anything).

@@ -21,15 +21,15 @@ use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::config::source::xds::{XdsOptions, XdsSource, XdsTls};
 use slidegate::limiter::{Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
-use slidegate::server::grpc::GrpcApp;
+use slidegate::server::grpc_port::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
 use slidegate::server::socket::Address;
 use slidegate::server::tls::rotate::Rotation;
 use slidegate::server::tls::{Listener, Tls, TlsFiles};
 use slidegate::server::{Apps, Listeners, Workers};
-use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
+use slidegate::service::rls::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
-use slidegate::service::http::{AppState, admin_router, data_router};
+use slidegate::service::http_routes::{AppState, admin_router, data_router};
 use slidegate::store::{
     ClientCertFiles, FailureMode, MemoryStore, RedisOptions, SentinelOptions, Store, SystemClock,
     connect, redact_url,

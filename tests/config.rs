@@ -1180,7 +1180,7 @@ fn bundled_protos_match_envoy_types() {
     use prost::Message;
     use prost_reflect::{DescriptorPool, DynamicMessage};
 
-    let pool = DescriptorPool::decode(slidegate::service::grpc::FILE_DESCRIPTOR_SET)
+    let pool = DescriptorPool::decode(slidegate::service::rls::FILE_DESCRIPTOR_SET)
         .expect("the reflection descriptor set");
     let check_enum = |name: &str, by_name: &dyn Fn(&str) -> Option<i32>, names: &[(i32, &str)]| {
         let bundled = pool

@@ -9,7 +9,7 @@
 //! wake-up. On a single-threaded runtime the calls that one read brought in all run before the
 //! connection writes, and their responses leave in one `writev`. Measured on two cores: less
 //! than half the CPU per request (see BENCHMARKS.md). The gRPC port goes one step further and
-//! runs its calls inside the connection's task ([`grpc`]).
+//! runs its calls inside the connection's task ([`grpc_port`]).
 //!
 //! One acceptor per listener runs on the main runtime and hands each accepted connection to the
 //! next worker in turn. Round robin rather than `SO_REUSEPORT`: Envoy opens few, long-lived
@@ -29,8 +29,8 @@ use tokio::task::JoinSet;
 
 pub mod budget;
 pub mod flood;
-pub mod grpc;
-mod http;
+pub mod grpc_port;
+mod http_port;
 pub mod limits;
 pub mod socket;
 mod throttle;
@@ -38,7 +38,7 @@ pub mod tls;
 
 use crate::metrics::Metrics;
 use flood::Metered;
-use grpc::{GrpcApp, Serving};
+use grpc_port::{GrpcApp, Serving};
 use limits::{Admission, ServerLimits, Ticket};
 use socket::{Bound, Conn, Io, Peer};
 use throttle::Throttle;
@@ -267,7 +267,7 @@ impl Worker {
             drain_over: drain_over.clone(),
         };
         let grpc = serve_grpc(self.grpc, self.apps.grpc, serving, self.tls.clone());
-        let http = http::serve(
+        let http = http_port::serve(
             self.http,
             self.apps.http,
             &self.limits,
@@ -277,7 +277,7 @@ impl Worker {
         );
         // The operator listener is plaintext unless `--tls-listeners` names it: it belongs on an
         // address only operators reach.
-        let admin = http::serve(
+        let admin = http_port::serve(
             self.admin,
             self.apps.admin,
             &self.limits,
@@ -317,7 +317,7 @@ async fn serve_grpc(
                         let preface_by = tokio::time::Instant::now() + timeout;
                         let secured = tls::secure(tls.as_deref(), io, peer, Listener::Grpc, timeout);
                         if let Some(io) = secured.await {
-                            let served = grpc::serve_connection(Metered::new(io), app, serving, preface_by);
+                            let served = grpc_port::serve_connection(Metered::new(io), app, serving, preface_by);
                             if let Err(error) = served.await {
                                 tracing::debug!(%error, "gRPC connection ended");
                             }

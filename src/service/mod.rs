@@ -4,9 +4,9 @@
 //! calls [`RateLimiter::should_rate_limit`](crate::limiter::RateLimiter::should_rate_limit) and
 //! encodes the answer; the decisions live in [`crate::limiter`].
 //!
-//! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, `grpc.health.v1.Health`,
+//! - [`rls`]: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, `grpc.health.v1.Health`,
 //!   server reflection.
-//! - [`http`]: `POST /json`, `/check` (nginx `auth_request`, forward-auth), `GET /healthcheck`,
+//! - [`http_routes`]: `POST /json`, `/check` (nginx `auth_request`, forward-auth), `GET /healthcheck`,
 //!   `GET /rlconfig`, `GET /metrics`.
 //! - [`health`]: the serving state shared by both.
 
@@ -15,9 +15,9 @@ use crate::limiter::{Descriptor, LimitError, LimitOverride, RateLimiter, Request
 use crate::telemetry::DecisionSpan;
 
 pub mod check;
-pub mod grpc;
+pub mod rls;
 pub mod health;
-pub mod http;
+pub mod http_routes;
 pub mod json;
 
 /// A decoded request that owns its strings (for the HTTP transports, whose bodies and headers are

@@ -52,7 +52,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
 
 /// The `RateLimitService`: decodes a `ShouldRateLimit` call for the limiter and encodes its
-/// answer. [`crate::server::grpc`] serves it over HTTP/2.
+/// answer. [`crate::server::grpc_port`] serves it over HTTP/2.
 #[derive(Debug, Clone)]
 pub struct GrpcService {
     limiter: Arc<RateLimiter>,

@@ -49,7 +49,7 @@ use tonic::service::Routes;
 
 use super::budget::{ConnectionBudget, Held};
 use super::limits::ServerLimits;
-use crate::service::grpc::{GrpcService, RequestBytes, SHOULD_RATE_LIMIT};
+use crate::service::rls::{GrpcService, RequestBytes, SHOULD_RATE_LIMIT};
 
 /// The largest request message, as tonic's default.
 const MAX_MESSAGE: usize = 4 << 20;

@@ -5,7 +5,7 @@
 //! within the handshake timeout (hyper's header-read timeout, which also closes an HTTP/1.1
 //! connection idle that long between requests), a request must be read and answered within the
 //! body timeout (else 408), HTTP/2 connections get keepalive PINGs and
-//! [`super::grpc::MAX_CONCURRENT_CALLS`] streams, a connection without a request in flight for
+//! [`super::grpc_port::MAX_CONCURRENT_CALLS`] streams, a connection without a request in flight for
 //! the idle timeout is asked to close (keepalive PINGs alone would hold an HTTP/2 connection
 //! open forever), and on shutdown every connection is asked to close and, at the drain
 //! deadline, closed.
@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::flood::Metered;
-use super::grpc::MAX_CONCURRENT_CALLS;
+use super::grpc_port::MAX_CONCURRENT_CALLS;
 use super::limits::ServerLimits;
 use super::tls::{self, Listener, Stream, Tls};
 use super::{Handoff, stopped, take_over};
