@@ -27,9 +27,9 @@ use slidegate::server::socket::Address;
 use slidegate::server::tls::rotate::Rotation;
 use slidegate::server::tls::{Listener, Tls, TlsFiles};
 use slidegate::server::{Apps, Listeners, Workers};
-use slidegate::service::rls::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::service::health::Health;
 use slidegate::service::http_routes::{AppState, admin_router, data_router};
+use slidegate::service::rls::{FILE_DESCRIPTOR_SET, GrpcService};
 use slidegate::store::{
     ClientCertFiles, FailureMode, MemoryStore, RedisOptions, SentinelOptions, Store, SystemClock,
     connect, redact_url,

@@ -15,10 +15,10 @@ use crate::limiter::{Descriptor, LimitError, LimitOverride, RateLimiter, Request
 use crate::telemetry::DecisionSpan;
 
 pub mod check;
-pub mod rls;
 pub mod health;
 pub mod http_routes;
 pub mod json;
+pub mod rls;
 
 /// A decoded request that owns its strings (for the HTTP transports, whose bodies and headers are
 /// decoded into new strings). [`OwnedRequest::as_request`] borrows it for the limiter.
