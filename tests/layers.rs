@@ -42,7 +42,10 @@ fn a_loop_is_found() {
         ("lib.rs", "pub mod a; pub mod b; pub mod store;"),
         ("a.rs", "use crate::b::X; // crate::store is only a comment"),
         ("b.rs", "use crate::{store::{redis::Y, Z}};"),
-        ("store/mod.rs", "pub mod redis; pub use redis::Y; pub struct Z;"),
+        (
+            "store/mod.rs",
+            "pub mod redis; pub use redis::Y; pub struct Z;",
+        ),
         ("store/redis.rs", "use super::Z; fn f() { crate::a::g(); }"),
     ];
     for (path, text) in files {
@@ -113,7 +116,10 @@ fn module_path(src: &Path, file: &Path) -> Vec<String> {
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    if path.last().is_some_and(|last| last == "mod" || last == "lib") {
+    if path
+        .last()
+        .is_some_and(|last| last == "mod" || last == "lib")
+    {
         path.pop();
     }
     path
@@ -192,7 +198,12 @@ fn crate_paths(code: &str, here: &[String]) -> Vec<Vec<String>> {
 }
 
 /// Parses a path or `{…}` group at `at` below `prefix`; returns where it ended.
-fn parse_tree(code: &str, mut at: usize, mut prefix: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+fn parse_tree(
+    code: &str,
+    mut at: usize,
+    mut prefix: Vec<String>,
+    out: &mut Vec<Vec<String>>,
+) -> usize {
     let bytes = code.as_bytes();
     loop {
         while at < bytes.len() && bytes[at].is_ascii_whitespace() {

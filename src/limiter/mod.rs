@@ -30,6 +30,7 @@
 //! rules and the global shadow mode still never deny). Statuses then carry the configured limit,
 //! `limit_remaining` 0 and no reset; no response headers are added.
 
+mod metrics;
 mod observer;
 mod plan;
 mod request;
@@ -43,11 +44,10 @@ use std::time::Instant;
 
 use crate::Scratch;
 use crate::config::{Limit, LiveRules, RuleSet};
-use crate::metrics::{DecisionLabel, Metrics};
 use crate::store::key::CounterTag;
 use crate::store::{Counter, CounterResult, FailureMode, Store, StoreError};
-use crate::telemetry::Traces;
 
+pub use metrics::{DecisionLabel, DecisionMetrics, RuleCounters};
 pub use observer::Observer;
 use plan::{Limited, Plan};
 pub use request::{Descriptor, LimitError, LimitOverride, Request, RequestLimits, validate};
@@ -70,8 +70,7 @@ pub struct RateLimiter {
     rules: LiveRules,
     store: Arc<dyn Store>,
     options: Options,
-    metrics: Arc<Metrics>,
-    traces: Option<Traces>,
+    metrics: Arc<DecisionMetrics>,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -88,26 +87,14 @@ impl RateLimiter {
         rules: LiveRules,
         store: Arc<dyn Store>,
         options: Options,
-        metrics: Arc<Metrics>,
+        metrics: Arc<DecisionMetrics>,
     ) -> Self {
         RateLimiter {
             rules,
             store,
             options,
             metrics,
-            traces: None,
         }
-    }
-
-    /// Spans for the decisions ([`crate::telemetry`]); without, the transports trace nothing.
-    pub fn with_traces(mut self, traces: Traces) -> Self {
-        self.traces = Some(traces);
-        self
-    }
-
-    /// The traces, when on.
-    pub fn traces(&self) -> Option<&Traces> {
-        self.traces.as_ref()
     }
 
     /// The live rules (for `/rlconfig` and health).
@@ -119,7 +106,7 @@ impl RateLimiter {
         &self.store
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    pub fn metrics(&self) -> &Arc<DecisionMetrics> {
         &self.metrics
     }
 

@@ -3,6 +3,7 @@ use super::response::ceil_secs;
 use super::*;
 use crate::config::Unit;
 use crate::config::load_sources;
+use crate::metrics::Metrics;
 use crate::store::{CounterKey, ManualClock, MemoryStore};
 use arc_swap::ArcSwap;
 use std::time::Duration;
@@ -13,28 +14,28 @@ const RULES: &str = r#"
 domain: api
 descriptors:
   - key: user
-rate_limit: { unit: minute, requests_per_unit: 3 }
+    rate_limit: { unit: minute, requests_per_unit: 3 }
   - key: two
-rate_limits:
-  - { unit: second, requests_per_unit: 2 }
-  - { unit: minute, requests_per_unit: 5 }
+    rate_limits:
+      - { unit: second, requests_per_unit: 2 }
+      - { unit: minute, requests_per_unit: 5 }
   - key: shadow
-rate_limit: { unit: minute, requests_per_unit: 1 }
-shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+    shadow_mode: true
   - key: free
-rate_limit: { unlimited: true }
+    rate_limit: { unlimited: true }
   - key: general
-rate_limit: { name: general, unit: minute, requests_per_unit: 1 }
+    rate_limit: { name: general, unit: minute, requests_per_unit: 1 }
   - key: specific
-rate_limit: { name: specific, unit: minute, requests_per_unit: 5, replaces: [{ name: general }] }
+    rate_limit: { name: specific, unit: minute, requests_per_unit: 5, replaces: [{ name: general }] }
   - key: named
-rate_limits:
-  - { name: per_second, unit: second, requests_per_unit: 2 }
-  - { name: per_hour, unit: hour, requests_per_unit: 3, precision: 1m }
+    rate_limits:
+      - { name: per_second, unit: second, requests_per_unit: 2 }
+      - { name: per_hour, unit: hour, requests_per_unit: 3, precision: 1m }
   - key: over_named
-rate_limit: { unit: minute, requests_per_unit: 100, replaces: [{ name: per_hour }] }
+    rate_limit: { unit: minute, requests_per_unit: 100, replaces: [{ name: per_hour }] }
   - key: tokens
-rate_limit: { unit: minute, requests_per_unit: 100000, precision: 1s }
+    rate_limit: { unit: minute, requests_per_unit: 100000, precision: 1s }
 "#;
 
 struct Fixture {
@@ -53,7 +54,7 @@ fn fixture(options: Options) -> Fixture {
         Arc::new(ArcSwap::from_pointee(rules)),
         store,
         options,
-        metrics.clone(),
+        Arc::new(DecisionMetrics::new(&metrics)),
     );
     Fixture {
         clock,
@@ -589,12 +590,13 @@ async fn failure_modes() {
         (FailureMode::Allow, Some(Code::Ok)),
         (FailureMode::Deny, Some(Code::OverLimit)),
     ] {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Metrics::new();
         let options = Options {
             failure_mode: mode,
             ..Options::default()
         };
-        let limiter = RateLimiter::new(live.clone(), Arc::new(Broken), options, metrics.clone());
+        let decisions = Arc::new(DecisionMetrics::new(&metrics));
+        let limiter = RateLimiter::new(live.clone(), Arc::new(Broken), options, decisions);
         let result = limiter.should_rate_limit(&req).await;
         match (expected, result) {
             (None, Err(LimitError::Unavailable(_))) => {}

@@ -86,6 +86,7 @@
 mod cluster;
 mod deadline;
 mod deny_cache;
+mod metrics;
 mod node;
 mod per_thread;
 mod redact;
@@ -120,7 +121,7 @@ use script::{CallPart, Reply, Reported, RequestIds};
 pub use sentinel::SentinelOptions;
 use sentinel::{PrimaryConn, Sentinels};
 
-use crate::metrics::{CallResult, RedisMetrics};
+pub use metrics::{CallResult, RedisMetrics};
 
 use super::{Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
 
