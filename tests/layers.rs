@@ -170,7 +170,7 @@ fn crate_paths(code: &str, here: &[String]) -> Vec<Vec<String>> {
     let mut at = 0;
     while at < bytes.len() {
         let rest = &bytes[at..];
-        let preceded = at > 0 && is_ident(bytes[at - 1]) || at > 0 && bytes[at - 1] == b'$';
+        let preceded = at > 0 && (is_ident(bytes[at - 1]) || bytes[at - 1] == b'$');
         let start = if preceded {
             None
         } else if rest.starts_with(b"crate::") {
