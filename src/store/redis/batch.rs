@@ -1,7 +1,18 @@
 //! Batching: the requests a worker has in hand at once share one script call on its lane,
 //! within a budget of hits per call.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use ::redis::cluster_routing::Slot;
+use futures::future::join_all;
+use tokio::sync::oneshot;
+
+use super::script::{self, CallPart, Reply};
+use super::{CallResult, Shared};
+use crate::store::{Counter, Precision, StoreError};
 
 /// How long a batch task keeps waiting, after its callers timed out, for the late reply that says
 /// whether the call expired or recorded its hits (`slidegate_redis_*` metrics); the reply is

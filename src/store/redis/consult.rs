@@ -1,7 +1,12 @@
 //! The deny-cache path: a request whose counters are known to be full is denied without a
 //! round trip, and what Redis answers is remembered.
 
-use super::*;
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
+
+use super::script::{Reply, Reported};
+use super::{Lookup, RedisStore, Refresh};
+use crate::store::{Counter, CounterResult, Decision};
 
 /// What the deny cache says about a request.
 pub(super) enum Consult {

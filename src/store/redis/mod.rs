@@ -98,18 +98,15 @@ pub mod sentinel;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::ConnectionManager;
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_routing::Slot;
-use ::redis::io::tcp::TcpSettings;
-use ::redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, RedisError, TlsCertificates};
+use ::redis::{RedisError, TlsCertificates};
 use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::{OnceCell, oneshot};
@@ -122,7 +119,7 @@ use node::NodeHealth;
 pub use node::SAFE_POLICIES;
 use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
-use script::{CallPart, Reply, Reported, RequestIds};
+use script::{Reply, Reported, RequestIds};
 pub use sentinel::SentinelOptions;
 use sentinel::{PrimaryConn, Sentinels};
 
@@ -134,7 +131,7 @@ pub use options::{
 };
 use options::{connection_info, manager_config, tcp_settings, tls_certificates};
 
-use super::{Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
+use super::{Counter, CounterKey, Decision, Store, StoreError};
 
 /// Builds the Redis store the options describe: cluster when seed nodes are given, else standalone.
 /// Fails only on bad options (URL, prefix, CA file); an unreachable Redis is not an error here

@@ -1,6 +1,14 @@
 //! How to reach Redis: the options, their defaults, TLS material and socket settings.
 
-use super::*;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ::redis::aio::ConnectionManagerConfig;
+use ::redis::io::tcp::TcpSettings;
+use ::redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
+
+use super::{RedisMetrics, SentinelOptions, redact_url};
+use crate::store::StoreError;
 
 /// The default key prefix (`--redis-prefix`).
 pub const DEFAULT_PREFIX: &str = "slidegate:";
