@@ -27,8 +27,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use slidegate::config::{RuleSet, load_sources};
+use slidegate::limiter::DecisionMetrics;
 use slidegate::limiter::{Options, RateLimiter};
-use slidegate::metrics::Metrics;
 use slidegate::service::rls::{from_proto, to_proto};
 use slidegate::store::key::TagTemplate;
 use slidegate::store::redis::DenyCache;
@@ -357,7 +357,7 @@ fn limiter(c: &mut Criterion) {
                 response_headers: true,
                 ..Options::default()
             },
-            Arc::new(Metrics::new()),
+            Arc::new(DecisionMetrics::default()),
         );
         let requests: Vec<RateLimitRequest> =
             (0..10_000).map(|i| proto_request(descriptors, i)).collect();

@@ -7,7 +7,7 @@
 //!   store for one all-or-nothing decision, and turns the answer into per-descriptor statuses.
 //! - [`store`]: the sliding-window stores (embedded memory, Redis, Redis Cluster) behind one trait.
 //! - [`service`]: the transports (gRPC RLS, HTTP `/json`, `/check`, health, `/rlconfig`, `/metrics`).
-//! - [`metrics`]: the Prometheus registry.
+//! - [`metrics`]: the Prometheus registry, which each layer registers its own families into.
 //! - [`mod@bench`]: a gRPC load generator for any RateLimitService v3 server.
 //! - [`telemetry`]: OpenTelemetry traces, one span per decision, exported over OTLP.
 //! - [`compat`]: envoyproxy/ratelimit's environment variables, mapped onto slidegate's settings.

@@ -17,24 +17,28 @@ use tonic::service::Routes;
 
 use slidegate::compat::Translation;
 use slidegate::config::RuleSet;
+use slidegate::config::metrics::ConfigMetrics;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::config::source::xds::{XdsOptions, XdsSource, XdsTls};
-use slidegate::limiter::{Options, RateLimiter, RequestLimits};
+use slidegate::limiter::{DecisionMetrics, Options, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::grpc_port::GrpcApp;
 use slidegate::server::limits::{self, ServerLimits};
+use slidegate::server::metrics::ServerMetrics;
 use slidegate::server::socket::Address;
 use slidegate::server::tls::rotate::Rotation;
 use slidegate::server::tls::{Listener, Tls, TlsFiles};
 use slidegate::server::{Apps, Listeners, Workers};
+use slidegate::service::front::Front;
 use slidegate::service::health::Health;
 use slidegate::service::http_routes::{AppState, admin_router, data_router};
 use slidegate::service::rls::{FILE_DESCRIPTOR_SET, GrpcService};
+use slidegate::store::redis::RedisMetrics;
 use slidegate::store::{
     ClientCertFiles, FailureMode, MemoryStore, RedisOptions, SentinelOptions, Store, SystemClock,
     connect, redact_url,
 };
-use slidegate::telemetry::{Protocol, TraceSettings, Traces};
+use slidegate::telemetry::{Protocol, TraceMetrics, TraceSettings, Traces};
 
 /// Sliding-window rate-limit service for Envoy (RateLimitService v3) and nginx.
 ///
@@ -574,6 +578,8 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     log_effective_config(&args);
 
     let metrics = Arc::new(Metrics::new());
+    let decisions = Arc::new(DecisionMetrics::new(&metrics));
+    let config_metrics = ConfigMetrics::new(&metrics);
     let xds = xds_options(&args)?;
     let config = args
         .config
@@ -583,15 +589,18 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         Some(_) => RuleSet::empty(),
         None => load_rules(&config, args.max_entries)?,
     };
-    metrics.set_rules(&rules);
+    decisions.set_rules(&rules);
+    config_metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
-    let reload_metrics = Arc::clone(&metrics);
+    let (reload_metrics, reload_decisions) = (config_metrics.clone(), Arc::clone(&decisions));
     let reloaded = Arc::clone(&live);
     let hook: ReloadHook = Arc::new(move |outcome, status| {
         let loaded = matches!(outcome, ReloadOutcome::Loaded { .. });
         reload_metrics.config_reload(loaded);
         if loaded {
-            reload_metrics.set_rules(&reloaded.load());
+            let rules = reloaded.load();
+            reload_decisions.set_rules(&rules);
+            reload_metrics.set_rules(&rules);
         }
         reload_metrics.set_config_status(status);
     });
@@ -610,9 +619,9 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         RuleSource::Files(reloader) => reloader.status(),
         RuleSource::Xds(xds) => xds.status(),
     };
-    metrics.set_config_status(&config_status.load());
+    config_metrics.set_config_status(&config_status.load());
 
-    let store = open_store(&args, &metrics).await?;
+    let store = open_store(&args, &RedisMetrics::new(&metrics)).await?;
     let options = Options {
         failure_mode: args.failure_mode,
         shadow_mode: args.shadow_mode,
@@ -624,15 +633,21 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
             max_hits: args.max_hits,
         },
     };
-    let limiter = RateLimiter::new(live, store, options, Arc::clone(&metrics));
-    let limiter = Arc::new(match trace_settings(&args) {
-        None => limiter,
+    let limiter = Arc::new(RateLimiter::new(live, store, options, decisions));
+    let trace_metrics = Arc::new(TraceMetrics::new(&metrics));
+    let traces = match trace_settings(&args) {
+        None => None,
         Some(settings) => {
             let (store, shadow) = (limiter.store().kind(), args.shadow_mode);
-            let traces = Traces::start(&settings, Arc::clone(&metrics), store, shadow)?;
-            limiter.with_traces(traces)
+            Some(Traces::start(&settings, trace_metrics, store, shadow)?)
         }
-    });
+    };
+    let front = Arc::new(Front::new(
+        Arc::clone(&limiter),
+        traces,
+        Arc::clone(&metrics),
+    ));
+    let server_metrics = Arc::new(ServerMetrics::new(&metrics));
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health_service = health_service.max_decoding_message_size(BRIDGED_MESSAGE);
@@ -646,9 +661,9 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
     // Kept until the end: dropping the rotation stops watching the TLS files.
     let (tls, _rotation) = match tls_files(&args) {
         Some(files) => {
-            let tls =
-                Tls::load(&files, Arc::clone(&metrics)).context("cannot load TLS material")?;
-            let rotation = Rotation::spawn(files, Arc::clone(&tls), Arc::clone(&metrics))
+            let tls = Tls::load(&files, Arc::clone(&server_metrics))
+                .context("cannot load TLS material")?;
+            let rotation = Rotation::spawn(files, Arc::clone(&tls), Arc::clone(&server_metrics))
                 .context("cannot watch the TLS files")?;
             (Some(tls), Some(rotation))
         }
@@ -687,14 +702,14 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         .context("cannot build gRPC reflection")?
         .max_decoding_message_size(BRIDGED_MESSAGE);
     let state = AppState {
-        limiter: Arc::clone(&limiter),
+        front: Arc::clone(&front),
         health: Arc::clone(&health),
         check_domain: args.check_domain.clone(),
         config_status,
     };
     let apps = Apps {
         grpc: GrpcApp::new(
-            GrpcService::new(Arc::clone(&limiter)),
+            GrpcService::new(Arc::clone(&front)),
             Routes::new(health_service)
                 .add_service(reflection_v1)
                 .add_service(reflection_v1alpha),
@@ -711,7 +726,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
         },
         apps,
         (server_limits(&args), tls),
-        Arc::clone(&metrics),
+        server_metrics,
         stop_rx,
     )
     .context("cannot start the worker threads")?;
@@ -731,7 +746,7 @@ async fn serve(args: ServeArgs, hangup: tokio::signal::unix::Signal) -> anyhow::
             "calls still in flight after the drain timeout; stopping anyway"
         ),
     }
-    if let Some(traces) = limiter.traces() {
+    if let Some(traces) = front.traces() {
         traces.flush(Duration::from_secs(2)).await;
     }
     Ok(())
@@ -848,7 +863,7 @@ fn xds_options(args: &ServeArgs) -> anyhow::Result<Option<XdsOptions>> {
 }
 
 /// The memory store, or Redis when a URL, cluster nodes or sentinels are given.
-async fn open_store(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_store(args: &ServeArgs, metrics: &RedisMetrics) -> anyhow::Result<Arc<dyn Store>> {
     if args.redis_url.is_none() && args.redis_cluster.is_empty() && args.redis_sentinel.is_empty() {
         let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
         store.spawn_sweeper(Duration::from_secs(30));
@@ -861,7 +876,7 @@ async fn open_store(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Arc<d
             sentinels: args.redis_sentinel.clone(),
             master: master.clone(),
             password: args.redis_sentinel_password.clone(),
-            failovers: metrics.store_failovers(),
+            failovers: metrics.failovers(),
         });
     let default_url = || RedisOptions::default().url;
     let opts = RedisOptions {
@@ -881,7 +896,7 @@ async fn open_store(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Arc<d
         connections: usize::from(args.workers) + 1,
         // A script call batching several requests adds no more than one request may.
         max_call_hits: args.max_hits,
-        metrics: metrics.redis(),
+        metrics: metrics.clone(),
     };
     let store = connect(&opts).await.with_context(|| match &opts.sentinel {
         // The error names the sentinels and the master; the rest of the options add nothing.

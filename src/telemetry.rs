@@ -47,10 +47,11 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     Sampler, SdkTracer, SdkTracerProvider, Span, SpanData, SpanExporter as _, SpanProcessor,
 };
+use prometheus::IntCounter;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::limiter::{Code, Observer, Response};
-use crate::metrics::{Metrics, SpanOutcome};
+use crate::metrics::Metrics;
 use crate::store::{FailureMode, StoreError};
 
 /// Finished spans waiting for export; past this, spans are dropped (and counted).
@@ -142,7 +143,7 @@ impl Traces {
     /// `shadow_mode` are the limiter's, for every span.
     pub fn start(
         settings: &TraceSettings,
-        metrics: Arc<Metrics>,
+        metrics: Arc<TraceMetrics>,
         store: &'static str,
         shadow_mode: bool,
     ) -> Result<Traces, TraceError> {
@@ -456,7 +457,7 @@ fn exporter(settings: &TraceSettings) -> Result<opentelemetry_otlp::SpanExporter
 #[derive(Debug)]
 struct ExportQueue {
     spans: mpsc::Sender<SpanData>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<TraceMetrics>,
 }
 
 impl SpanProcessor for ExportQueue {
@@ -483,7 +484,7 @@ async fn export_loop(
     exporter: opentelemetry_otlp::SpanExporter,
     mut queued: mpsc::Receiver<SpanData>,
     mut flush_requests: mpsc::Receiver<oneshot::Sender<()>>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<TraceMetrics>,
 ) {
     let mut batch = Vec::with_capacity(BATCH_SPANS);
     loop {
@@ -540,7 +541,7 @@ async fn fill(queued: &mut mpsc::Receiver<SpanData>, batch: &mut Vec<SpanData>) 
 async fn export(
     exporter: &opentelemetry_otlp::SpanExporter,
     batch: &mut Vec<SpanData>,
-    metrics: &Metrics,
+    metrics: &TraceMetrics,
 ) {
     if batch.is_empty() {
         return;
@@ -561,6 +562,71 @@ async fn export(
     metrics.trace_spans(outcome, spans);
 }
 
+/// What became of a finished decision span .
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanOutcome {
+    /// Accepted by the collector.
+    Exported,
+    /// Not queued: the export queue was full.
+    Dropped,
+    /// Lost with an export that failed or timed out.
+    Failed,
+}
+
+impl SpanOutcome {
+    const ALL: [SpanOutcome; 3] = [
+        SpanOutcome::Exported,
+        SpanOutcome::Dropped,
+        SpanOutcome::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanOutcome::Exported => "exported",
+            SpanOutcome::Dropped => "dropped",
+            SpanOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// `slidegate_trace_spans_total`, registered once into the process's [`Metrics`] (with traces
+/// off too, so that every scrape shows the same series).
+#[derive(Clone, Debug)]
+pub struct TraceMetrics {
+    spans: [IntCounter; 3],
+}
+
+impl Default for TraceMetrics {
+    /// Registered in a registry of their own (traces in tests).
+    fn default() -> Self {
+        Self::new(&Metrics::new())
+    }
+}
+
+impl TraceMetrics {
+    /// Creates and registers the family into `metrics`.
+    pub fn new(metrics: &Metrics) -> Self {
+        // A constant definition: registering it can only fail on a programming error (a
+        // duplicate or malformed name), which the unit tests catch.
+        let spans = metrics
+            .counter_vec(
+                "slidegate_trace_spans_total",
+                "Decision spans by outcome: exported to the collector, dropped (export queue full), \
+                 failed (the export failed).",
+                &["outcome"],
+            )
+            .expect("metric definitions are valid");
+        TraceMetrics {
+            spans: SpanOutcome::ALL.map(|o| spans.with_label_values(&[o.as_str()])),
+        }
+    }
+
+    /// Decision spans that met `outcome` (see [`SpanOutcome`]).
+    pub fn trace_spans(&self, outcome: SpanOutcome, spans: usize) {
+        self.spans[outcome as usize].inc_by(u64::try_from(spans).unwrap_or(u64::MAX));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,7 +644,7 @@ mod tests {
 
     #[tokio::test]
     async fn bad_settings_are_refused_with_the_reason() {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(TraceMetrics::default());
         let start = |s: TraceSettings| Traces::start(&s, Arc::clone(&metrics), "memory", false);
         let mut ratio = settings("http://127.0.0.1:4317", Protocol::Grpc);
         ratio.sampling_ratio = 1.5;

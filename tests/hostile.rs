@@ -34,8 +34,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use prost::Message as _;
 use slidegate::config::{RuleSet, load_sources};
+use slidegate::limiter::DecisionMetrics;
 use slidegate::limiter::{LimitError, Options, RateLimiter, RequestLimits};
-use slidegate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE};
+use slidegate::metrics::{MAX_RULE_LABELS, OVERFLOW_RULE};
 use slidegate::service::{check, json};
 use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore, Precision};
 use support::{
@@ -435,7 +436,7 @@ fn limiter() -> RateLimiter {
             response_headers: true,
             ..Options::default()
         },
-        Arc::new(Metrics::new()),
+        Arc::new(DecisionMetrics::default()),
     )
 }
 

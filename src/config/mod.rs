@@ -46,6 +46,7 @@ mod checksum;
 mod error;
 mod follow;
 mod load;
+pub mod metrics;
 mod model;
 mod read;
 pub mod reload;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::metrics::ServerMetrics;
 use super::socket::PeerKey;
-use crate::metrics::Metrics;
 
 /// File descriptors kept for everything that is not a client connection (Redis connections, the
 /// rule watcher, the log, the listeners) when the connection cap follows the descriptor limit.
@@ -108,7 +108,7 @@ pub struct Admission {
     max_total: usize,
     max_per_peer: usize,
     open: Mutex<Open>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ServerMetrics>,
 }
 
 #[derive(Debug, Default)]
@@ -118,7 +118,7 @@ struct Open {
 }
 
 impl Admission {
-    pub fn new(limits: &ServerLimits, metrics: Arc<Metrics>) -> Arc<Admission> {
+    pub fn new(limits: &ServerLimits, metrics: Arc<ServerMetrics>) -> Arc<Admission> {
         Arc::new(Admission {
             max_total: limits.max_connections,
             max_per_peer: limits.max_connections_per_peer,
@@ -201,7 +201,7 @@ mod tests {
             max_connections_per_peer: 2,
             ..ServerLimits::default()
         };
-        let admission = Admission::new(&limits, Arc::new(Metrics::new()));
+        let admission = Admission::new(&limits, Arc::new(ServerMetrics::default()));
         let a = PeerKey::Ip([10, 0, 0, 1].into());
         let b = PeerKey::Process(Some(42));
         let first = admission.admit(a, "grpc").expect("first");

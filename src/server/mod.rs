@@ -32,14 +32,15 @@ pub mod flood;
 pub mod grpc_port;
 mod http_port;
 pub mod limits;
+pub mod metrics;
 pub mod socket;
 mod throttle;
 pub mod tls;
 
-use crate::metrics::Metrics;
 use flood::Metered;
 use grpc_port::{GrpcApp, Serving};
 use limits::{Admission, ServerLimits, Ticket};
+use metrics::ServerMetrics;
 use socket::{Bound, Conn, Io, Peer};
 use throttle::Throttle;
 use tls::{Listener, Tls};
@@ -79,7 +80,7 @@ impl Workers {
         listeners: Listeners,
         apps: Apps,
         (limits, tls): (ServerLimits, Option<Arc<Tls>>),
-        metrics: Arc<Metrics>,
+        metrics: Arc<ServerMetrics>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<Workers> {
         let admission = Admission::new(&limits, metrics);

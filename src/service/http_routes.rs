@@ -26,17 +26,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 
 use super::check::{self, DenyStatus, OVER_HEADER};
+use super::front::{Front, Transport};
 use super::health::Health;
 use super::json;
 use crate::config::reload::SharedStatus;
-use crate::limiter::{self, Code, LimitError, RateLimiter};
-use crate::metrics::Transport;
+use crate::limiter::{self, Code, LimitError};
 use crate::telemetry::{DecisionSpan, Transport as TraceTransport};
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct AppState {
-    pub limiter: Arc<RateLimiter>,
+    pub front: Arc<Front>,
     pub health: Arc<Health>,
     /// The domain of `/check` requests without `x-ratelimit-domain`.
     pub check_domain: Option<String>,
@@ -80,9 +80,9 @@ async fn json_handler(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let decided = match json::parse_request(&body, &state.limiter.options().limits) {
+    let decided = match json::parse_request(&body, &state.front.limiter().options().limits) {
         Err(message) => Err(LimitError::InvalidArgument(message)),
-        Ok(request) => super::decide(&state.limiter, &request.as_request(), &mut span).await,
+        Ok(request) => super::decide(state.front.limiter(), &request.as_request(), &mut span).await,
     };
     let response = match &decided {
         Ok(decision) => {
@@ -97,8 +97,7 @@ async fn json_handler(
         Err(error) => error_response(error),
     };
     state
-        .limiter
-        .metrics()
+        .front
         .observe_request(Transport::Json, started.elapsed());
     end_span(span, &decided, &response);
     response
@@ -110,7 +109,7 @@ async fn check_handler(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let limits = &state.limiter.options().limits;
+    let limits = &state.front.limiter().options().limits;
     let parsed = check::parse(&headers, state.check_domain.as_deref(), limits);
     let (decided, deny_status) = match &parsed {
         Err(message) => (
@@ -118,7 +117,12 @@ async fn check_handler(
             DenyStatus::TooManyRequests,
         ),
         Ok(check) => (
-            super::decide(&state.limiter, &check.request.as_request(), &mut span).await,
+            super::decide(
+                state.front.limiter(),
+                &check.request.as_request(),
+                &mut span,
+            )
+            .await,
             check.deny_status,
         ),
     };
@@ -146,8 +150,7 @@ async fn check_handler(
         Err(error) => error_response(error),
     };
     state
-        .limiter
-        .metrics()
+        .front
         .observe_request(Transport::Check, started.elapsed());
     end_span(span, &decided, &response);
     response
@@ -161,7 +164,7 @@ impl FromRequestParts<AppState> for Traced {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Infallible> {
-        let Some(traces) = state.limiter.traces() else {
+        let Some(traces) = state.front.traces() else {
             return Ok(Traced(None));
         };
         let transport = match parts.uri.path() {
@@ -200,7 +203,14 @@ fn end_span(
 
 async fn healthcheck(State(state): State<AppState>) -> Response {
     if state.health.is_serving() {
-        if state.limiter.rules().load().domain_names().is_empty() {
+        if state
+            .front
+            .limiter()
+            .rules()
+            .load()
+            .domain_names()
+            .is_empty()
+        {
             // Serving, as envoyproxy/ratelimit does, but every request is answered OK.
             return (StatusCode::OK, "OK: no rules loaded\n").into_response();
         }
@@ -213,7 +223,7 @@ async fn healthcheck(State(state): State<AppState>) -> Response {
 /// `#` lines on the rules' freshness, then one line per rule:
 /// `domain path: limits; name=..; replaces=..; flags; source=file`.
 async fn rlconfig(State(state): State<AppState>) -> Response {
-    let rules = state.limiter.rules().load();
+    let rules = state.front.limiter().rules().load();
     let status = state.config_status.load();
     let mut out = String::new();
     let _ = writeln!(
@@ -275,7 +285,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.limiter.metrics().render(),
+        state.front.metrics().render(),
     )
         .into_response()
 }

@@ -9,12 +9,14 @@
 //! - [`http_routes`]: `POST /json`, `/check` (nginx `auth_request`, forward-auth), `GET /healthcheck`,
 //!   `GET /rlconfig`, `GET /metrics`.
 //! - [`health`]: the serving state shared by both.
+//! - [`front`]: the limiter, traces and metrics every transport shares.
 
 use crate::config::Unit;
 use crate::limiter::{Descriptor, LimitError, LimitOverride, RateLimiter, Request, Response};
 use crate::telemetry::DecisionSpan;
 
 pub mod check;
+pub mod front;
 pub mod health;
 pub mod http_routes;
 pub mod json;

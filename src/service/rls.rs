@@ -39,12 +39,12 @@ use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_f
 use prost::{DecodeError, Message};
 use tonic::Status;
 
+use super::front::{Front, Transport};
 use super::{unit_from_override, unit_to_proto};
 use crate::limiter::{
-    Code, Descriptor, DescriptorStatus, LimitError, LimitOverride, Observer, RateLimiter, Request,
+    Code, Descriptor, DescriptorStatus, LimitError, LimitOverride, Observer, Request,
     RequestLimits, Response,
 };
-use crate::metrics::Transport;
 use crate::telemetry::{DecisionSpan, Transport as TraceTransport};
 
 /// The file descriptor set of `proto/` (compiled by `build.rs`), for reflection.
@@ -55,15 +55,15 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// answer. [`crate::server::grpc_port`] serves it over HTTP/2.
 #[derive(Debug, Clone)]
 pub struct GrpcService {
-    limiter: Arc<RateLimiter>,
+    front: Arc<Front>,
 }
 
 /// The method's path, as Envoy calls it.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 impl GrpcService {
-    pub fn new(limiter: Arc<RateLimiter>) -> Self {
-        GrpcService { limiter }
+    pub fn new(front: Arc<Front>) -> Self {
+        GrpcService { front }
     }
 
     /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call.
@@ -93,17 +93,17 @@ impl GrpcService {
         observer: &mut O,
     ) -> Result<Response, LimitError> {
         let started = Instant::now();
-        let result = match decode(&message.0, &self.limiter.options().limits) {
+        let result = match decode(&message.0, &self.front.limiter().options().limits) {
             Ok(proto) => {
                 let request = from_proto(&proto);
-                self.limiter
+                self.front
+                    .limiter()
                     .should_rate_limit_observed(&request, observer)
                     .await
             }
             Err(error) => Err(error),
         };
-        self.limiter
-            .metrics()
+        self.front
             .observe_request(Transport::Grpc, started.elapsed());
         result
     }
@@ -111,7 +111,7 @@ impl GrpcService {
     /// A span for a call with these headers (its metadata), when traces are on and the call is
     /// sampled.
     pub fn span(&self, headers: &http::HeaderMap) -> Option<DecisionSpan> {
-        self.limiter
+        self.front
             .traces()
             .and_then(|traces| traces.begin(headers, TraceTransport::Grpc))
     }

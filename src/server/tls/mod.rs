@@ -27,7 +27,7 @@ pub mod rotate;
 
 use super::socket::{Io, Peer};
 use super::throttle::Throttle;
-use crate::metrics::Metrics;
+use crate::server::metrics::ServerMetrics;
 pub use material::{Material, TlsError, TlsFiles};
 
 /// Which listener a connection came to: whether it is TLS, its ALPN protocols and the metrics'
@@ -57,12 +57,12 @@ pub struct Tls {
     live: ArcSwap<Material>,
     /// The listeners that serve TLS; the others stay plaintext.
     listeners: Vec<Listener>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ServerMetrics>,
 }
 
 impl Tls {
     /// Loads the material from `files`; an error names the file that is wrong.
-    pub fn load(files: &TlsFiles, metrics: Arc<Metrics>) -> Result<Arc<Tls>, TlsError> {
+    pub fn load(files: &TlsFiles, metrics: Arc<ServerMetrics>) -> Result<Arc<Tls>, TlsError> {
         let material = material::build(files, &material::read(files)?)?;
         metrics.set_tls_expiry(material.expires);
         Ok(Arc::new(Tls {

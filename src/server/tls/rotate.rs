@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use super::Tls;
 use super::material::{self, Contents, TlsFiles};
 use crate::config::reload::{DEBOUNCE, is_change, until_quiet};
-use crate::metrics::Metrics;
+use crate::server::metrics::ServerMetrics;
 
 /// How often the files are read even without an event (network file systems send none).
 pub const VERIFY_INTERVAL: Duration = Duration::from_secs(30);
@@ -46,7 +46,11 @@ impl Drop for Rotation {
 impl Rotation {
     /// Starts watching `files`, which `tls` was loaded from. Must be called inside a Tokio
     /// runtime.
-    pub fn spawn(files: TlsFiles, tls: Arc<Tls>, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+    pub fn spawn(
+        files: TlsFiles,
+        tls: Arc<Tls>,
+        metrics: Arc<ServerMetrics>,
+    ) -> std::io::Result<Self> {
         let (changed_tx, mut changed) = tokio::sync::mpsc::unbounded_channel();
         let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
             if let Ok(events) = result
@@ -93,7 +97,7 @@ impl Rotation {
 struct State {
     files: TlsFiles,
     tls: Arc<Tls>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ServerMetrics>,
     /// The files' bytes as last read, live or failed: the same bytes are not tried twice.
     seen: Option<Contents>,
 }

@@ -83,27 +83,30 @@
 //! Passwords never leave this module in any text: URLs are shown through [`redact_url`], and client
 //! error messages are scrubbed of the configured passwords.
 
+mod batch;
 mod cluster;
+mod consult;
 mod deadline;
 mod deny_cache;
+mod metrics;
 mod node;
+mod options;
 mod per_thread;
 mod redact;
 pub mod script;
 pub mod sentinel;
+#[cfg(test)]
+mod tests;
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::ConnectionManager;
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_routing::Slot;
-use ::redis::io::tcp::TcpSettings;
-use ::redis::{ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, RedisError, TlsCertificates};
+use ::redis::{RedisError, TlsCertificates};
 use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::{OnceCell, oneshot};
@@ -116,157 +119,19 @@ use node::NodeHealth;
 pub use node::SAFE_POLICIES;
 use per_thread::PerThread;
 pub use redact::{Redactor, redact_url};
-use script::{CallPart, Reply, Reported, RequestIds};
+use script::{Reply, Reported, RequestIds};
 pub use sentinel::SentinelOptions;
 use sentinel::{PrimaryConn, Sentinels};
 
-use crate::metrics::{CallResult, RedisMetrics};
+use batch::{Lane, LaneConn, Queued, send_queued};
+pub use metrics::{CallResult, RedisMetrics};
+pub use options::{
+    ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_MAX_CALL_HITS, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
+    RedisOptions,
+};
+use options::{connection_info, manager_config, tcp_settings, tls_certificates};
 
-use super::{Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
-
-/// The default key prefix (`--redis-prefix`).
-pub const DEFAULT_PREFIX: &str = "slidegate:";
-
-/// Default per-call timeout when none is configured.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
-
-/// Default capacity of the local deny cache (counters).
-pub const DEFAULT_DENY_CACHE: usize = 100_000;
-
-/// Default of [`RedisOptions::max_call_hits`]: the limiter's default budget for one request.
-pub const DEFAULT_MAX_CALL_HITS: u64 = 4096;
-
-/// How long a batch task keeps waiting, after its callers timed out, for the late reply that says
-/// whether the call expired or recorded its hits (`slidegate_redis_*` metrics); the reply is
-/// dropped unread after that.
-const LATE_REPLY_WAIT: Duration = Duration::from_secs(10);
-
-/// Most calls waiting for their late reply at once, per store: each holds about 2.5 KB (its
-/// task and the client's future), so a frozen Redis that thousands of calls time out against
-/// costs at most about 1.3 MB. Calls beyond it are not waited for (nor counted as expired or
-/// late).
-const MAX_LATE_WAITERS: usize = 512;
-
-/// How a socket reports a peer that stopped answering: unacknowledged data for this long fails
-/// the connection, which [`ConnectionManager`] then replaces.
-const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Everything the CLI knows about the Redis store.
-#[derive(Clone)]
-pub struct RedisOptions {
-    /// Standalone server: `redis://[user:pass@]host:port[/db]` or `rediss://...` (TLS). Ignored
-    /// when `cluster_nodes` is not empty. With `sentinel`, how to talk to the primary (scheme,
-    /// credentials, database); its host is not used.
-    pub url: String,
-    /// Redis Sentinel: the sentinels name the primary (see the `sentinel` module).
-    pub sentinel: Option<SentinelOptions>,
-    /// Redis Cluster seed nodes (same URL forms); not empty selects the cluster store. The first
-    /// node's credentials and TLS setting apply to all nodes.
-    pub cluster_nodes: Vec<String>,
-    /// Prepended to every counter key; must not contain `{` or `}` (they would change the hash tag).
-    pub prefix: String,
-    /// Upper bound for every call, including connecting.
-    pub timeout: Duration,
-    /// PEM file of CA certificates to trust for `rediss://` instead of the system roots (a private
-    /// CA or a self-signed server certificate).
-    pub tls_ca_file: Option<PathBuf>,
-    /// PEM certificate chain and private key presented to Redis over `rediss://`, for servers
-    /// that require client certificates (`tls-auth-clients yes`). Both or neither.
-    pub tls_client_cert: Option<ClientCertFiles>,
-    /// Capacity of the exact local deny cache in counters; 0 turns it off. Standalone and Cluster
-    /// (where a counter filled by hits a compensation may take back is never cached), see
-    /// [`DenyCache`].
-    pub deny_cache: usize,
-    /// Connections to open (lazily): one per thread that serves calls, see the `per_thread` module.
-    pub connections: usize,
-    /// Most hits one script call may add to exact logs, summed over its counters (a 0-hit check
-    /// and a bucket counter count 1):
-    /// the limiter's budget for one request (`--max-hits`), so that batching several requests
-    /// into one call never holds Redis longer than the largest single request may. A request
-    /// alone always gets its call.
-    pub max_call_hits: u64,
-    /// Where the store counts its calls to Redis (`Metrics::redis`); registered nowhere by
-    /// default.
-    pub metrics: RedisMetrics,
-}
-
-impl Default for RedisOptions {
-    fn default() -> Self {
-        RedisOptions {
-            url: "redis://127.0.0.1:6379".to_string(),
-            cluster_nodes: Vec::new(),
-            sentinel: None,
-            prefix: DEFAULT_PREFIX.to_string(),
-            timeout: DEFAULT_TIMEOUT,
-            tls_ca_file: None,
-            tls_client_cert: None,
-            deny_cache: DEFAULT_DENY_CACHE,
-            connections: 1,
-            max_call_hits: DEFAULT_MAX_CALL_HITS,
-            metrics: RedisMetrics::default(),
-        }
-    }
-}
-
-impl std::fmt::Debug for RedisOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let nodes: Vec<String> = self.cluster_nodes.iter().map(|u| redact_url(u)).collect();
-        f.debug_struct("RedisOptions")
-            .field("url", &redact_url(&self.url))
-            .field("cluster_nodes", &nodes)
-            .field("sentinel", &self.sentinel)
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("tls_ca_file", &self.tls_ca_file)
-            .field("tls_client_cert", &self.tls_client_cert)
-            .field("deny_cache", &self.deny_cache)
-            .field("connections", &self.connections)
-            .finish()
-    }
-}
-
-/// The paths of the client certificate chain and its private key (PEM) presented to Redis.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientCertFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-/// How each thread's [`ConnectionManager`] connects and retries.
-fn manager_config(opts: &RedisOptions) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(opts.timeout.max(Duration::from_secs(1))))
-        .set_response_timeout(None)
-        .set_number_of_retries(2)
-}
-
-/// The CA and client certificate files read into what redis-rs takes, or `None` when neither is
-/// set (system roots, no client certificate). Read once at startup: a reconnect reuses them.
-fn tls_certificates(opts: &RedisOptions) -> Result<Option<TlsCertificates>, StoreError> {
-    if opts.tls_ca_file.is_none() && opts.tls_client_cert.is_none() {
-        return Ok(None);
-    }
-    let read = |what: &str, path: &PathBuf| {
-        std::fs::read(path).map_err(|e| {
-            StoreError::Backend(format!("cannot read Redis TLS {what} file {path:?}: {e}"))
-        })
-    };
-    let root_cert = match &opts.tls_ca_file {
-        Some(path) => Some(read("CA", path)?),
-        None => None,
-    };
-    let client_tls = match &opts.tls_client_cert {
-        Some(files) => Some(ClientTlsConfig {
-            client_cert: read("client certificate", &files.cert)?,
-            client_key: read("client key", &files.key)?,
-        }),
-        None => None,
-    };
-    Ok(Some(TlsCertificates {
-        client_tls,
-        root_cert,
-    }))
-}
+use super::{Counter, CounterKey, Decision, Store, StoreError};
 
 /// Builds the Redis store the options describe: cluster when seed nodes are given, else standalone.
 /// Fails only on bad options (URL, prefix, CA file); an unreachable Redis is not an error here
@@ -300,53 +165,6 @@ struct Shared {
     /// Calls waiting for their late reply now (at most [`MAX_LATE_WAITERS`]).
     late_waiters: AtomicUsize,
 }
-
-/// A connection (standalone, or a cluster's) and the requests waiting for its next script call.
-///
-/// Requests that a worker starts in one go (the calls that one read of a connection brought, or
-/// of several) are decided in one script call: about half of what Redis spends on a one-counter
-/// request is the call itself (BENCHMARKS.md), and the call is shared. The first request into an
-/// empty queue spawns the task that sends it; that task runs once the worker has started every
-/// call at hand, so it takes them all, and no request ever waits for a timer. In a cluster a call
-/// holds the requests (or cross-slot parts of requests) of one slot.
-struct Lane<C> {
-    conn: C,
-    /// Cluster: calls pass each counter's provisional log and hold one slot's parts.
-    cluster: bool,
-    queue: parking_lot::Mutex<Vec<Queued>>,
-}
-
-impl<C> Lane<C> {
-    fn new(conn: C, cluster: bool) -> Arc<Lane<C>> {
-        Arc::new(Lane {
-            conn,
-            cluster,
-            queue: parking_lot::Mutex::new(Vec::new()),
-        })
-    }
-}
-
-/// What a [`Lane`] sends its script calls on.
-trait LaneConn: ::redis::aio::ConnectionLike + Clone + Send + Sync + 'static {}
-
-impl<C: ::redis::aio::ConnectionLike + Clone + Send + Sync + 'static> LaneConn for C {}
-
-/// A request, or one slot's part of a cross-slot request, in a [`Lane`]'s queue.
-struct Queued {
-    id: String,
-    /// One slot's part of a cross-slot request (its hits also go to the provisional logs).
-    provisional: bool,
-    /// The counters' cluster slot (`None` on standalone).
-    slot: Option<Slot>,
-    counters: Vec<Counter>,
-    /// When the caller gives up.
-    deadline: Instant,
-    answer: oneshot::Sender<Result<Reply, StoreError>>,
-}
-
-/// Most requests decided in one script call: Redis runs nothing else while a script runs, so a
-/// call is kept to a few hundred microseconds.
-const MAX_BATCH: usize = 16;
 
 enum Conn {
     Standalone(PerThread<Arc<Lane<ConnectionManager>>>),
@@ -555,93 +373,6 @@ impl RedisStore {
         reply
             .await
             .unwrap_or_else(|_| Err(StoreError::Backend("the script call was dropped".into())))
-    }
-
-    /// Consults the deny cache until it denies the request or lets it ask Redis, waiting while
-    /// another request refreshes one of its counters. Waiting, in all, lasts at most a quarter of
-    /// our timeout, however long the leader takes: then stop waiting for other requests' answers
-    /// and ask Redis, so that waiting never turns a request into a timeout.
-    async fn consult(&self, counters: &[Counter]) -> ControlFlow<Decision, Vec<(usize, Refresh)>> {
-        let stop_waiting = Instant::now() + self.shared.timeout / 4;
-        while Instant::now() < stop_waiting {
-            match self.consult_cache(counters, Instant::now()) {
-                Consult::Deny(decision) => return ControlFlow::Break(decision),
-                Consult::Wait(mut done) => {
-                    let until = tokio::time::Instant::from_std(stop_waiting);
-                    let _ = tokio::time::timeout_at(until, done.changed()).await;
-                }
-                Consult::Ask(leads) => return ControlFlow::Continue(leads),
-            }
-        }
-        ControlFlow::Continue(Vec::new())
-    }
-
-    /// Stores what Redis said about the counters of a request sent at `sent`, then releases the
-    /// refreshes this request led: the requests that waited for them find the answer cached.
-    fn remember(
-        &self,
-        counters: &[Counter],
-        reply: &Reply,
-        sent: Instant,
-        refreshes: Vec<(usize, Refresh)>,
-    ) {
-        if let Some(cache) = &self.deny_cache {
-            for (c, r) in counters.iter().zip(&reply.counters) {
-                if let (false, Some(wait)) = (c.shadow, full_for(r, reply.allowed)) {
-                    cache.insert(&c.key, c.limit, sent + wait, sent);
-                }
-            }
-            for (i, refresh) in &refreshes {
-                let (c, r) = (&counters[*i], &reply.counters[*i].result);
-                if full_for(&reply.counters[*i], reply.allowed).is_none() {
-                    cache.settle(&c.key, c.limit, r.remaining, refresh);
-                }
-            }
-        }
-        drop(refreshes);
-    }
-
-    /// Consults the deny cache for every enforced counter; see [`DenyCache`].
-    ///
-    /// A local deny is exact for the full counter: `count` = limit (one more hit does not fit, so
-    /// the log holds the limit), `remaining` 0, `reset_after` the time until one hit fits (the
-    /// whole window for `hits > limit`). Its exact `reset_after` for `1 < hits <= limit` would need
-    /// the log, so such counters go to Redis, as do checks (`hits` 0), which fit a full counter.
-    /// A counter the request names twice is looked up once: the request never waits for a
-    /// refresh it leads itself. The request's other counters were not looked at:
-    /// they are reported as not over limit with `count` 0, `remaining` = limit and `reset_after` 0
-    /// (unknown, and untouched by this request).
-    fn consult_cache(&self, counters: &[Counter], now: Instant) -> Consult {
-        let Some(cache) = self.deny_cache.as_ref() else {
-            return Consult::Ask(Vec::new());
-        };
-        let mut waits = Vec::with_capacity(counters.len());
-        let mut denied = false;
-        let mut pending = None;
-        let mut leads = Vec::new();
-        for (i, c) in counters.iter().enumerate() {
-            let exact = !c.shadow && (c.hits == 1 || c.hits > c.limit);
-            let mut wait = None;
-            if exact {
-                match cache.lookup(&c.key, c.limit, now) {
-                    Lookup::Miss => {}
-                    Lookup::Denied(d) => wait = Some(d),
-                    Lookup::Wait(_) if leads_counter(&leads, counters, c) => {}
-                    Lookup::Wait(done) => pending = pending.or(Some(done)),
-                    Lookup::Lead(refresh) => leads.push((i, refresh)),
-                }
-            }
-            denied |= wait.is_some();
-            waits.push(wait);
-        }
-        if denied {
-            return Consult::Deny(local_deny(counters, waits));
-        }
-        match pending {
-            // Leads taken in this round are dropped here, so their counters are handed over.
-            Some(done) => Consult::Wait(done),
-            None => Consult::Ask(leads),
-        }
     }
 
     /// Asks the cluster: one part per slot, each in its slot's next script call, concurrently; if
@@ -945,233 +676,6 @@ impl Shared {
     }
 }
 
-/// Sends what a [`Lane`] has queued, up to [`MAX_BATCH`] requests of one slot per script call
-/// (the calls go out together on the lane's pipelined connection), and hands each request its
-/// answer. A request whose caller has gone (timed out, cancelled) before the call is built is
-/// left out.
-async fn send_queued<C: LaneConn>(lane: Arc<Lane<C>>, shared: Arc<Shared>) {
-    let mut queued = std::mem::take(&mut *lane.queue.lock());
-    queued.retain(|q| !q.answer.is_closed());
-    let calls = batches(queued, shared.max_call_hits)
-        .into_iter()
-        .map(|batch| send_batch(&lane, &shared, batch));
-    join_all(calls).await;
-}
-
-/// `queued` in script calls: at most [`MAX_BATCH`] each and at most `max_hits` hits each (but a
-/// request alone always), one slot each, in queue order per slot.
-fn batches(queued: Vec<Queued>, max_hits: u64) -> Vec<Vec<Queued>> {
-    let fits = |batch: &Vec<Queued>, hits: u64, cost: u64| {
-        batch.len() < MAX_BATCH && hits.saturating_add(cost) <= max_hits
-    };
-    if queued.iter().all(|q| q.slot.is_none()) {
-        // Standalone: any requests may share a call, so filling calls in order is all there is
-        // (a slot map here cost about 370 instructions per call).
-        let mut batches: Vec<Vec<Queued>> = Vec::new();
-        let mut hits = 0;
-        for q in queued {
-            let cost = call_cost(&q);
-            match batches.last_mut() {
-                Some(batch) if fits(batch, hits, cost) => {
-                    batch.push(q);
-                    hits += cost;
-                }
-                _ => {
-                    batches.push(vec![q]);
-                    hits = cost;
-                }
-            }
-        }
-        return batches;
-    }
-    let mut batches: Vec<Vec<Queued>> = Vec::new();
-    // The batch still taking requests of each slot, and its hits.
-    let mut open: HashMap<Option<Slot>, (usize, u64)> = HashMap::new();
-    for q in queued {
-        let cost = call_cost(&q);
-        match open.get_mut(&q.slot) {
-            Some((b, hits)) if fits(&batches[*b], *hits, cost) => {
-                *hits += cost;
-                batches[*b].push(q);
-            }
-            _ => {
-                open.insert(q.slot, (batches.len(), cost));
-                batches.push(vec![q]);
-            }
-        }
-    }
-    batches
-}
-
-/// What a request adds to a script call's work, as in the limiter's budget: its hits on each
-/// exact log, a log checked with 0 and every bucket counter (one field, whatever its hits)
-/// counting 1.
-fn call_cost(q: &Queued) -> u64 {
-    q.counters.iter().fold(0u64, |sum, c| {
-        let cost = match c.precision {
-            Precision::Exact => c.hits.max(1),
-            Precision::Buckets(_) => 1,
-        };
-        sum.saturating_add(cost)
-    })
-}
-
-/// One script call for `batch`, each request answered with its part of the reply (or the error).
-///
-/// The call carries its callers' earliest deadline in the server's clock (see the `deadline`
-/// module): if it reaches Redis later, the script decides nothing. When the call outlives the
-/// timeout its callers are answered at once, and the task waits on (up to [`LATE_REPLY_WAIT`])
-/// for the late reply, to count whether the call expired or recorded hits.
-async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, batch: Vec<Queued>) {
-    let slot = batch.first().and_then(|q| q.slot);
-    let deadline = batch.iter().map(|q| q.deadline).min();
-    let (answers, requests): (Vec<_>, Vec<_>) = batch
-        .into_iter()
-        .map(|q| (q.answer, (q.id, q.provisional, q.counters)))
-        .unzip();
-    let parts: Vec<CallPart<'_>> = requests
-        .iter()
-        .map(|(id, provisional, counters)| CallPart {
-            id,
-            provisional: *provisional,
-            counters,
-        })
-        .collect();
-    let redis_deadline = deadline.map_or(0, |d| shared.clocks.deadline(slot, d));
-    let cmd = script::command(&shared.prefix, lane.cluster, redis_deadline, &parts);
-    let mut conn = lane.conn.clone();
-    let sent = Instant::now();
-    let mut call = std::pin::pin!(script::run(&mut conn, &cmd));
-    let Ok(reply) = tokio::time::timeout(shared.timeout, call.as_mut()).await else {
-        // By the timeout every caller of the batch has given up (each one's own timeout started
-        // before the call was sent): answer them now, or a frozen Redis would hold every request
-        // it was sent.
-        for answer in answers {
-            let _ = answer.send(Err(StoreError::Timeout(shared.timeout)));
-        }
-        shared.metrics.call(CallResult::Timeout, None);
-        shared.node.unreachable();
-        // Only the reply's header matters now: free the requests while waiting (a frozen Redis
-        // may hold thousands of calls).
-        drop(parts);
-        drop(requests);
-        if shared.late_waiters.fetch_add(1, Ordering::Relaxed) < MAX_LATE_WAITERS
-            && let Ok(Ok(reply)) = tokio::time::timeout(LATE_REPLY_WAIT, call).await
-        {
-            shared.late(slot, sent, &reply);
-        }
-        shared.late_waiters.fetch_sub(1, Ordering::Relaxed);
-        return;
-    };
-    let received = Instant::now();
-    let parsed = reply
-        .map_err(|e| shared.error(e))
-        .and_then(|reply| script::parse(&reply, &parts));
-    let (result, outcome) = match parsed {
-        Ok(script::Answer { now, replies }) => {
-            shared.clocks.observe(slot, sent, received, now);
-            match replies {
-                Some(replies) => (Ok(replies), CallResult::Ok),
-                None => {
-                    shared.metrics.deadline_expired();
-                    (
-                        Err(StoreError::Timeout(shared.timeout)),
-                        CallResult::Expired,
-                    )
-                }
-            }
-        }
-        Err(e) => {
-            let outcome = call_result(&e);
-            (Err(e), outcome)
-        }
-    };
-    shared.metrics.call(outcome, Some(received - sent));
-    shared.note(&lane.conn, result.as_ref().map(|_| ()));
-    match result {
-        Ok(replies) => {
-            for (answer, reply) in answers.into_iter().zip(replies) {
-                let _ = answer.send(Ok(reply));
-            }
-        }
-        Err(e) => {
-            for answer in answers {
-                let _ = answer.send(Err(e.clone()));
-            }
-        }
-    }
-}
-
-/// The `slidegate_redis_calls_total` result of a failed call.
-fn call_result(e: &StoreError) -> CallResult {
-    match e {
-        StoreError::Timeout(_) => CallResult::Timeout,
-        StoreError::Connection(_) => CallResult::Connection,
-        StoreError::OutOfMemory(_) => CallResult::Oom,
-        StoreError::Backend(_) => CallResult::Backend,
-    }
-}
-
-/// What the deny cache says about a request.
-enum Consult {
-    /// An enforced counter is known to be full.
-    Deny(Decision),
-    /// Another request is asking Redis about one of the counters: wait for it, then look again.
-    Wait(tokio::sync::watch::Receiver<()>),
-    /// Ask Redis; the refreshes this request leads are released once the answer is cached.
-    Ask(Vec<(usize, Refresh)>),
-}
-
-/// How long one more hit cannot fit in a counter after this answer, if it cannot fit now.
-///
-/// Denied: what Redis computed (nothing was recorded). Admitted and now full: one hit fits when
-/// the oldest hit leaves, which is the counter's `reset_after`. Either way the time was measured
-/// by Redis after the request was sent, so `sent + wait` is never later than the truth.
-fn full_for(reported: &Reported, allowed: bool) -> Option<Duration> {
-    if reported.provisional {
-        return None;
-    }
-    let r = &reported.result;
-    if allowed && !r.over_limit {
-        (r.remaining == 0 && !r.reset_after.is_zero()).then_some(r.reset_after)
-    } else {
-        reported.one_hit_fits_in
-    }
-}
-
-/// Whether `leads` (this request's refreshes so far) holds `counter`'s cache entry.
-fn leads_counter(leads: &[(usize, Refresh)], counters: &[Counter], counter: &Counter) -> bool {
-    leads
-        .iter()
-        .any(|(j, _)| counters[*j].key == counter.key && counters[*j].limit == counter.limit)
-}
-
-/// The decision for a request denied from the cache (see [`RedisStore::consult_cache`]).
-fn local_deny(counters: &[Counter], waits: Vec<Option<Duration>>) -> Decision {
-    let counters = counters
-        .iter()
-        .zip(waits)
-        .map(|(c, wait)| match wait {
-            Some(wait) => CounterResult {
-                over_limit: true,
-                count: c.limit,
-                remaining: 0,
-                reset_after: if c.hits > c.limit { c.window } else { wait },
-            },
-            None => CounterResult {
-                over_limit: false,
-                count: 0,
-                remaining: c.limit,
-                reset_after: Duration::ZERO,
-            },
-        })
-        .collect();
-    Decision {
-        allowed: false,
-        counters,
-    }
-}
-
 #[async_trait]
 impl Store for RedisStore {
     async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
@@ -1205,30 +709,6 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// Parses a URL and sets what slidegate wants on every connection: `TCP_NODELAY` (one small
-/// command per request; Nagle's algorithm would add latency) and `TCP_USER_TIMEOUT`, and no
-/// `CLIENT SETINFO` (Redis before 7.2 rejects it). A parse error never shows the URL.
-fn connection_info(url: &str) -> Result<ConnectionInfo, StoreError> {
-    let info = url.into_connection_info().map_err(|e| {
-        // The message may quote the URL; the kind cannot.
-        StoreError::Backend(format!(
-            "invalid Redis URL {}: {:?}",
-            redact_url(url),
-            e.kind()
-        ))
-    })?;
-    let redis = info.redis_settings().clone().set_skip_set_lib_name();
-    Ok(info
-        .set_tcp_settings(tcp_settings())
-        .set_redis_settings(redis))
-}
-
-fn tcp_settings() -> TcpSettings {
-    TcpSettings::default()
-        .set_nodelay(true)
-        .set_user_timeout(TCP_USER_TIMEOUT)
-}
-
 /// Indices of `keys` grouped by cluster slot, in first-seen order.
 fn group_by_slot(keys: &[String]) -> Vec<(Slot, Vec<usize>)> {
     let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -1240,164 +720,4 @@ fn group_by_slot(keys: &[String]) -> Vec<(Slot, Vec<usize>)> {
         }
     }
     groups
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::Precision;
-
-    #[test]
-    fn windows_of_one_descriptor_share_a_slot() {
-        let a = CounterKey::new("api", [("user", "alice")], Duration::from_secs(1));
-        let b = CounterKey::new("api", [("user", "alice")], Duration::from_secs(60));
-        let c = CounterKey::new("api", [("user", "bob")], Duration::from_secs(1));
-        let keys: Vec<String> = [a, b, c]
-            .iter()
-            .map(|k| format!("{DEFAULT_PREFIX}{}", k.as_str()))
-            .collect();
-        let groups: Vec<Vec<usize>> = group_by_slot(&keys).into_iter().map(|(_, g)| g).collect();
-        assert_eq!(groups, vec![vec![0, 1], vec![2]]);
-    }
-
-    #[test]
-    fn batches_hold_one_slot_and_at_most_max_batch_in_queue_order() {
-        let queued = |slot: Option<u16>, id: String| Queued {
-            id,
-            provisional: false,
-            slot: slot.and_then(Slot::new),
-            counters: Vec::new(),
-            deadline: Instant::now(),
-            answer: oneshot::channel().0,
-        };
-        let ids = |batches: Vec<Vec<Queued>>| -> Vec<Vec<String>> {
-            batches
-                .into_iter()
-                .map(|b| b.into_iter().map(|q| q.id).collect())
-                .collect()
-        };
-        let standalone = (0..20).map(|i| queued(None, i.to_string())).collect();
-        let batched = ids(batches(standalone, DEFAULT_MAX_CALL_HITS));
-        assert_eq!(batched.iter().map(Vec::len).collect::<Vec<_>>(), [16, 4]);
-        assert_eq!(
-            (batched[0][0].as_str(), batched[1][3].as_str()),
-            ("0", "19")
-        );
-        let cluster = [(7, "a"), (9, "b"), (7, "c"), (9, "d"), (3, "e")]
-            .into_iter()
-            .map(|(slot, id)| queued(Some(slot), id.to_string()))
-            .collect();
-        assert_eq!(
-            ids(batches(cluster, DEFAULT_MAX_CALL_HITS)),
-            [vec!["a", "c"], vec!["b", "d"], vec!["e"]]
-        );
-        let one_slot = (0..33).map(|i| queued(Some(5), i.to_string())).collect();
-        let sizes: Vec<usize> = batches(one_slot, DEFAULT_MAX_CALL_HITS)
-            .iter()
-            .map(Vec::len)
-            .collect();
-        assert_eq!(sizes, [16, 16, 1]);
-    }
-
-    #[test]
-    fn batches_add_up_to_at_most_max_call_hits() {
-        let counted = |slot: Option<u16>, hits: u64, precision: Precision| Queued {
-            id: hits.to_string(),
-            provisional: false,
-            slot: slot.and_then(Slot::new),
-            counters: vec![Counter {
-                key: CounterKey::new("d", [("k", "v")], Duration::from_secs(1)),
-                limit: u64::MAX,
-                window: Duration::from_secs(1),
-                hits,
-                shadow: false,
-                precision,
-            }],
-            deadline: Instant::now(),
-            answer: oneshot::channel().0,
-        };
-        let queued = |slot: Option<u16>, hits: u64| counted(slot, hits, Precision::Exact);
-        for slot in [None, Some(5)] {
-            // 4096 hits per call: 3000 + 1000 + 0 (counts 1) fill one, 4000 starts the next,
-            // and a request over the bound goes alone.
-            let queue = [3000, 1000, 0, 4000, 96, 5000, 1]
-                .map(|hits| queued(slot, hits))
-                .into_iter()
-                .collect();
-            let sizes: Vec<usize> = batches(queue, DEFAULT_MAX_CALL_HITS)
-                .iter()
-                .map(Vec::len)
-                .collect();
-            assert_eq!(sizes, [3, 2, 1, 1], "slot {slot:?}");
-            // A bucket counter costs 1 whatever its hits (one field): 4096 of them fill a call
-            // only by their number, so these three share one.
-            let width = Precision::Buckets(Duration::from_millis(100));
-            let queue = [4000, 1_000_000, 4096]
-                .map(|hits| counted(slot, hits, width))
-                .into_iter()
-                .collect();
-            assert_eq!(
-                batches(queue, DEFAULT_MAX_CALL_HITS).len(),
-                1,
-                "slot {slot:?}"
-            );
-        }
-    }
-
-    #[tokio::test]
-    async fn bad_options_are_errors_without_secrets() {
-        let opts = RedisOptions {
-            prefix: "a{b".into(),
-            ..RedisOptions::default()
-        };
-        let err = RedisStore::connect(&opts).await.unwrap_err();
-        assert!(err.to_string().contains("prefix"), "{err}");
-
-        let opts = RedisOptions {
-            url: "redis://user:hunter2@[bad".into(),
-            ..RedisOptions::default()
-        };
-        let err = RedisStore::connect(&opts).await.unwrap_err().to_string();
-        assert!(!err.contains("hunter2") && err.contains("***"), "{err}");
-
-        let opts = RedisOptions {
-            url: "rediss://user:hunter2@localhost:1".into(),
-            tls_ca_file: Some("/nonexistent/ca.pem".into()),
-            ..RedisOptions::default()
-        };
-        let err = RedisStore::connect(&opts).await.unwrap_err().to_string();
-        assert!(err.contains("CA file") && !err.contains("hunter2"), "{err}");
-        assert!(!format!("{opts:?}").contains("hunter2"));
-    }
-
-    #[tokio::test]
-    async fn unreachable_redis_fails_fast_with_a_connection_error() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("port");
-        let opts = RedisOptions {
-            url: format!("redis://:hunter2@127.0.0.1:{port}"),
-            timeout: Duration::from_millis(300),
-            ..RedisOptions::default()
-        };
-        let store = RedisStore::connect(&opts).await.expect("lazy connect");
-        let counter = Counter {
-            key: CounterKey::new("d", [], Duration::from_secs(1)),
-            limit: 1,
-            window: Duration::from_secs(1),
-            hits: 1,
-            shadow: false,
-            precision: Precision::Exact,
-        };
-        let started = Instant::now();
-        let err = store.decide(&[counter]).await.unwrap_err();
-        assert!(started.elapsed() < Duration::from_secs(2));
-        assert!(
-            matches!(err, StoreError::Connection(_) | StoreError::Timeout(_)),
-            "{err:?}"
-        );
-        assert!(!err.to_string().contains("hunter2"), "{err}");
-        assert!(!format!("{store:?}").contains("hunter2"));
-    }
 }

@@ -1,0 +1,401 @@
+//! From a request's descriptors to counters, one store decision, and per-descriptor statuses.
+//!
+//! The limiter is transport-neutral: gRPC `ShouldRateLimit`, `POST /json` and `/check` all build a
+//! [`Request`] and call [`RateLimiter::should_rate_limit`]. One call:
+//!
+//! 1. validates the request against what only a proxy's configuration decides ([`RequestLimits`];
+//!    violations are [`LimitError::InvalidArgument`]); what a client can choose is decided instead:
+//!    a long value is counted under its digest, hits past the request's budget are a deny;
+//! 2. loads the live rules once (one `ArcSwap` load, so a reload mid-request cannot mix rule sets);
+//! 3. matches each descriptor to at most one rule; a descriptor `limit` override (Envoy's
+//!    `RateLimitOverride`) replaces the rule lookup whenever the domain is configured, as in
+//!    envoyproxy/ratelimit (the override is never shadow, has no name and no `replaces`);
+//! 4. applies `replaces`: a matched rule whose `name` is in another matched rule's `replaces` is
+//!    skipped (status OK without a limit; its counters are untouched);
+//! 5. builds one [`Counter`] per limit of every remaining rule, within the request's budget of
+//!    hits on exact logs (a descriptor past it is over limit, and then no counter of the request
+//!    records hits), and asks the store **once**, so all counters of the request are decided
+//!    all-or-nothing;
+//! 6. reports each descriptor's most restrictive counter (an over-limit one first, the one that
+//!    frees up last; else the one with the fewest hits remaining).
+//!
+//! Statuses follow envoyproxy/ratelimit: a descriptor with no rule (or an unknown domain) is OK with
+//! no limit and `limit_remaining` 0; an `unlimited` rule is OK with `limit_remaining` `u32::MAX`.
+//! A rule with `shadow_mode` is counted but reported OK. Under the global shadow mode every counter
+//! is a shadow counter: descriptors still report `OVER_LIMIT` truthfully, but the overall code is
+//! always OK, so nothing is denied.
+//!
+//! When the store fails, the failure mode decides: `error` returns [`LimitError::Unavailable`],
+//! `allow` answers OK and `deny` answers OVER_LIMIT for every descriptor with a limit (shadow
+//! rules and the global shadow mode still never deny). Statuses then carry the configured limit,
+//! `limit_remaining` 0 and no reset; no response headers are added.
+
+mod metrics;
+mod observer;
+mod plan;
+mod request;
+mod response;
+#[cfg(test)]
+mod tests;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::Scratch;
+use crate::config::{Limit, LiveRules, RuleSet};
+use crate::store::key::CounterTag;
+use crate::store::{Counter, CounterResult, FailureMode, Store, StoreError};
+
+pub use metrics::{DecisionLabel, DecisionMetrics, RuleCounters};
+pub use observer::Observer;
+use plan::{Limited, Plan};
+pub use request::{Descriptor, LimitError, LimitOverride, Request, RequestLimits, validate};
+pub use response::{Code, CurrentLimit, DescriptorStatus, Response};
+use response::{better_for_headers, current_limit, headers, most_restrictive, saturate_u32};
+
+/// How the limiter behaves, from the command line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    pub failure_mode: FailureMode,
+    /// Global shadow mode: everything is evaluated and counted, nothing is denied.
+    pub shadow_mode: bool,
+    /// Add IETF `RateLimit-*` headers (and `Retry-After` on deny) to responses.
+    pub response_headers: bool,
+    pub limits: RequestLimits,
+}
+
+/// The transport-neutral rate limiter.
+pub struct RateLimiter {
+    rules: LiveRules,
+    store: Arc<dyn Store>,
+    options: Options,
+    metrics: Arc<DecisionMetrics>,
+}
+
+impl std::fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("store", &self.store.kind())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiter {
+    pub fn new(
+        rules: LiveRules,
+        store: Arc<dyn Store>,
+        options: Options,
+        metrics: Arc<DecisionMetrics>,
+    ) -> Self {
+        RateLimiter {
+            rules,
+            store,
+            options,
+            metrics,
+        }
+    }
+
+    /// The live rules (for `/rlconfig` and health).
+    pub fn rules(&self) -> &LiveRules {
+        &self.rules
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn metrics(&self) -> &Arc<DecisionMetrics> {
+        &self.metrics
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Decides one request; see the module docs.
+    pub async fn should_rate_limit(&self, request: &Request<'_>) -> Result<Response, LimitError> {
+        self.should_rate_limit_observed(request, &mut ()).await
+    }
+
+    /// [`RateLimiter::should_rate_limit`], telling `observer` what the answer does not show: the
+    /// matched rules, the store call's time, the failure mode when it answered. With `()` this
+    /// is `should_rate_limit` itself: the calls compile to nothing.
+    pub async fn should_rate_limit_observed<O: Observer>(
+        &self,
+        request: &Request<'_>,
+        observer: &mut O,
+    ) -> Result<Response, LimitError> {
+        observer.domain(request.domain);
+        validate(request, &self.options.limits)?;
+        // One load per request. `load_full` (a reference count, not a copy of the rules) rather
+        // than a guard, because the matches borrow from the rules across the store's `await`.
+        let rules = self.rules.load_full();
+        let rules: &RuleSet = &rules;
+        let Some(domain) = rules.domain(request.domain) else {
+            self.metrics.unknown_domain();
+            return Ok(Response {
+                overall: Code::Ok,
+                statuses: vec![NO_LIMIT; request.descriptors.len()],
+                headers: Vec::new(),
+            });
+        };
+
+        let (plans, counters) = self.plan(request, domain);
+        if O::WANTS_RULES {
+            for plan in &plans {
+                if let Plan::Unlimited { label, .. }
+                | Plan::Limited(Limited { label, .. })
+                | Plan::OverBudget(Limited { label, .. }) = plan
+                {
+                    observer.rule(label);
+                }
+            }
+        }
+        match self.decide(&counters, observer).await {
+            Ok(results) => Ok(self.respond(request.domain, &plans, &counters, &results)),
+            Err(error) => {
+                observer.store_failed(&error, self.options.failure_mode);
+                self.on_store_error(request.domain, &plans, error)
+            }
+        }
+    }
+
+    /// One store call for all counters (none when there are no counters), timed.
+    async fn decide(
+        &self,
+        counters: &[Counter],
+        observer: &mut impl Observer,
+    ) -> Result<Vec<CounterResult>, StoreError> {
+        if counters.is_empty() {
+            return Ok(Vec::new());
+        }
+        let started = Instant::now();
+        let decided = self.store.decide(counters).await;
+        let elapsed = started.elapsed();
+        self.metrics.observe_store(elapsed);
+        observer.store_call(elapsed);
+        let results = decided?.counters;
+        if results.len() != counters.len() {
+            return Err(StoreError::Backend(format!(
+                "store answered {} results for {} counters",
+                results.len(),
+                counters.len()
+            )));
+        }
+        Ok(results)
+    }
+
+    /// Appends one counter per limit of a descriptor and returns their range. The descriptor's
+    /// `tag` is built once; each limit only adds its window to it.
+    fn push_counters(
+        &self,
+        counters: &mut Scratch<Counter>,
+        mut tag: CounterTag,
+        limits: &[Limit],
+        hits: u64,
+        rule_shadow: bool,
+    ) -> Range<usize> {
+        let start = counters.len();
+        for limit in limits {
+            let window = limit.window();
+            counters.push(Counter {
+                key: tag.counter_key(window, limit.precision),
+                limit: limit.requests_per_unit,
+                window,
+                hits,
+                shadow: rule_shadow || self.options.shadow_mode,
+                precision: limit.precision,
+            });
+        }
+        start..counters.len()
+    }
+
+    /// Turns the store's results into statuses, metrics and headers.
+    fn respond(
+        &self,
+        domain: &str,
+        plans: &[Plan<'_>],
+        counters: &[Counter],
+        results: &[CounterResult],
+    ) -> Response {
+        let mut statuses = Vec::with_capacity(plans.len());
+        // The counter whose state the headers show: (index, enforced over limit), and the
+        // counters of its descriptor (for the policy). Only enforced limits are candidates: a
+        // shadow limit (its rule's or the global shadow mode) changes nothing a client sees.
+        let mut header_choice: Option<(usize, bool, Range<usize>)> = None;
+        for plan in plans {
+            let limited = match plan {
+                Plan::Limited(limited) => limited,
+                Plan::OverBudget(limited) => {
+                    statuses.push(self.status_undecided(domain, limited, true));
+                    continue;
+                }
+                other => {
+                    statuses.push(self.status_without_limit(domain, other));
+                    continue;
+                }
+            };
+            let range = limited.counters.clone();
+            let chosen = range.start + most_restrictive(&results[range.clone()]);
+            let result = &results[chosen];
+            let near_limit = !result.over_limit
+                && range
+                    .clone()
+                    .any(|i| u128::from(results[i].count) * 5 >= u128::from(counters[i].limit) * 4);
+            let code = self.record(
+                domain,
+                limited,
+                chosen - range.start,
+                result.over_limit,
+                near_limit,
+            );
+            let enforced_over = code == Code::OverLimit;
+            let current = header_choice.as_ref().map(|(i, over, _)| (*i, *over));
+            let enforced = !counters[chosen].shadow;
+            if enforced && better_for_headers((chosen, enforced_over), current, results) {
+                header_choice = Some((chosen, enforced_over, range.clone()));
+            }
+            let limit = &limited.limits[chosen - range.start];
+            statuses.push(DescriptorStatus {
+                code,
+                current_limit: Some(current_limit(limited, limit)),
+                limit_remaining: saturate_u32(result.remaining),
+                duration_until_reset: Some(result.reset_after),
+            });
+        }
+        let overall = self.overall(&statuses);
+        let headers = match header_choice {
+            Some((chosen, _, range)) if self.options.response_headers => headers(
+                &counters[chosen],
+                &results[chosen],
+                &counters[range],
+                overall == Code::OverLimit,
+            ),
+            _ => Vec::new(),
+        };
+        Response {
+            overall,
+            statuses,
+            headers,
+        }
+    }
+
+    /// Applies the failure mode after a store error.
+    fn on_store_error(
+        &self,
+        domain: &str,
+        plans: &[Plan<'_>],
+        error: StoreError,
+    ) -> Result<Response, LimitError> {
+        let mode = self.options.failure_mode;
+        self.metrics.store_error(error.kind());
+        self.metrics.failure_mode(mode.as_str());
+        tracing::debug!(%error, failure_mode = %mode, "store decision failed");
+        if mode == FailureMode::Error {
+            return Err(LimitError::Unavailable(error));
+        }
+        let deny = mode == FailureMode::Deny;
+        let statuses: Vec<DescriptorStatus> = plans
+            .iter()
+            .map(|plan| match plan {
+                Plan::Limited(limited) => self.status_undecided(domain, limited, deny),
+                Plan::OverBudget(limited) => self.status_undecided(domain, limited, true),
+                other => self.status_without_limit(domain, other),
+            })
+            .collect();
+        Ok(Response {
+            overall: self.overall(&statuses),
+            statuses,
+            headers: Vec::new(),
+        })
+    }
+
+    /// The status (and metrics) of a limited descriptor that the store did not decide (a store
+    /// failure, or hits over the budget): over limit when `over`, with the first limit, nothing
+    /// remaining and no reset.
+    fn status_undecided(
+        &self,
+        domain: &str,
+        limited: &Limited<'_>,
+        over: bool,
+    ) -> DescriptorStatus {
+        DescriptorStatus {
+            code: self.record(domain, limited, 0, over, false),
+            current_limit: limited
+                .limits
+                .first()
+                .map(|limit| current_limit(limited, limit)),
+            limit_remaining: 0,
+            duration_until_reset: None,
+        }
+    }
+
+    /// The status (and metrics) of a descriptor that no limit applies to.
+    fn status_without_limit(&self, domain: &str, plan: &Plan<'_>) -> DescriptorStatus {
+        match plan {
+            Plan::NoRule => {
+                self.metrics.no_rule(domain);
+                NO_LIMIT
+            }
+            Plan::Unlimited { label, hits } => {
+                self.metrics
+                    .rule(domain, label)
+                    .record(DecisionLabel::Allowed, *hits, false);
+                UNLIMITED
+            }
+            Plan::Replaced | Plan::Limited(_) | Plan::OverBudget(_) => NO_LIMIT,
+        }
+    }
+
+    /// Counts a limited descriptor's decision, under the label of the limit at `deciding`, and
+    /// returns its code: over limit only when the rule enforces (a shadow rule reports OK; the
+    /// global shadow mode acts on the overall code).
+    fn record(
+        &self,
+        domain: &str,
+        limited: &Limited<'_>,
+        deciding: usize,
+        over: bool,
+        near_limit: bool,
+    ) -> Code {
+        let decision = match (over, limited.shadow || self.options.shadow_mode) {
+            (false, _) => DecisionLabel::Allowed,
+            (true, false) => DecisionLabel::Denied,
+            (true, true) => DecisionLabel::ShadowDenied,
+        };
+        self.metrics
+            .rule(domain, limited.label_of(deciding))
+            .record(decision, limited.hits, near_limit);
+        if over && !limited.shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+    }
+
+    /// OVER_LIMIT when any descriptor is, unless the global shadow mode is on.
+    fn overall(&self, statuses: &[DescriptorStatus]) -> Code {
+        let any_over = statuses.iter().any(|s| s.code == Code::OverLimit);
+        if any_over && !self.options.shadow_mode {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+    }
+}
+
+const NO_LIMIT: DescriptorStatus = DescriptorStatus {
+    code: Code::Ok,
+    current_limit: None,
+    limit_remaining: 0,
+    duration_until_reset: None,
+};
+
+const UNLIMITED: DescriptorStatus = DescriptorStatus {
+    code: Code::Ok,
+    current_limit: None,
+    limit_remaining: u32::MAX,
+    duration_until_reset: None,
+};

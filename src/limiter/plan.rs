@@ -1,0 +1,232 @@
+//! The plan of one request: each descriptor resolved to a rule, its limits and its counters,
+//! within the request's budget of hits.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use super::request::{counted_as_is, counted_value};
+use super::{Descriptor, LimitOverride, RateLimiter, Request};
+use crate::Scratch;
+use crate::config::{DomainRules, Limit, Precision, RuleMatch, Unit};
+use crate::store::Counter;
+use crate::store::key::CounterTag;
+
+/// What one descriptor resolved to before the store call.
+pub(super) enum Plan<'a> {
+    /// Unknown domain or no matching rule.
+    NoRule,
+    Unlimited {
+        label: Cow<'a, str>,
+        hits: u64,
+    },
+    /// Replaced by another matched rule of the request.
+    Replaced,
+    Limited(Limited<'a>),
+    /// Limited, but its hits do not fit in what is left of the request's budget
+    /// ([`RequestLimits::max_hits`]): over limit without a counter.
+    OverBudget(Limited<'a>),
+}
+
+pub(super) struct Limited<'a> {
+    /// The metrics `rule` label of the descriptor.
+    pub(super) label: Cow<'a, str>,
+    pub(super) name: Option<&'a str>,
+    /// A limit's own `name` replaces `label` when that limit decides (not where the rule's
+    /// metrics show request values: `detailed_metric`, `value_to_metric`).
+    pub(super) own_labels: bool,
+    /// In the order of the descriptor's counters.
+    pub(super) limits: Cow<'a, [Limit]>,
+    pub(super) shadow: bool,
+    pub(super) hits: u64,
+    pub(super) counters: Range<usize>,
+}
+
+impl Limited<'_> {
+    /// The metrics `rule` label when the limit at `i` decides: its own name where it has one.
+    pub(super) fn label_of(&self, i: usize) -> &str {
+        match self.limits.get(i).and_then(|l| l.name.as_deref()) {
+            Some(name) if self.own_labels => name,
+            _ => &self.label,
+        }
+    }
+}
+
+impl RateLimiter {
+    /// Resolves every descriptor to a plan, and the counters of all limited ones.
+    pub(super) fn plan<'a>(
+        &self,
+        request: &'a Request<'_>,
+        domain: &'a DomainRules,
+    ) -> (Scratch<Plan<'a>>, Scratch<Counter>) {
+        // Match every descriptor first: `replaces` depends on all matches of the request.
+        let matches: Scratch<Option<RuleMatch<'a>>> = request
+            .descriptors
+            .iter()
+            .map(|d| match d.limit {
+                Some(_) => None,
+                None => domain.match_entries(&d.entries),
+            })
+            .collect();
+        let replacing: Vec<&str> = matches
+            .iter()
+            .flatten()
+            .flat_map(|m| m.rule.replaces.iter().map(String::as_str))
+            .collect();
+        let mut counters = Scratch::with_capacity(request.descriptors.len());
+        let mut budget = self.options.limits.max_hits;
+        let plans: Scratch<Plan<'a>> = request
+            .descriptors
+            .iter()
+            .zip(matches)
+            .map(|(descriptor, matched)| {
+                let hits = descriptor.hits_addend.unwrap_or(request.hits_addend.max(1));
+                let is_replaced =
+                    |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
+                match (descriptor.limit, matched) {
+                    (Some(limit), _) => {
+                        let limited = override_plan(descriptor, limit, hits);
+                        self.admit(&mut counters, &mut budget, limited, || {
+                            self.override_tag(request.domain, &descriptor.entries)
+                        })
+                    }
+                    (None, None) => Plan::NoRule,
+                    (None, Some(m)) if m.rule.unlimited => Plan::Unlimited {
+                        label: m.stats_name,
+                        hits,
+                    },
+                    (None, Some(m)) if is_replaced(&m) => Plan::Replaced,
+                    (None, Some(m)) if m.rule.limits.is_empty() => Plan::NoRule,
+                    (None, Some(mut m)) => {
+                        let limited = Limited {
+                            // Moved out: the tag below needs only the match's entries.
+                            label: std::mem::take(&mut m.stats_name),
+                            name: m.rule.name.as_deref(),
+                            own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
+                            limits: Cow::Borrowed(&m.rule.limits),
+                            shadow: m.rule.shadow_mode,
+                            hits,
+                            counters: 0..0,
+                        };
+                        self.admit(&mut counters, &mut budget, limited, || self.match_tag(&m))
+                    }
+                }
+            })
+            .collect();
+        // A request that an over-budget descriptor denies must record nothing, as any denied
+        // request: its other counters are only checked.
+        let denied = plans
+            .iter()
+            .any(|p| matches!(p, Plan::OverBudget(l) if !l.shadow));
+        if denied && !self.options.shadow_mode {
+            counters.iter_mut().for_each(|c| c.hits = 0);
+        }
+        (plans, counters)
+    }
+
+    /// Gives a limited descriptor its counters when its cost ([`budget_cost`]) fits in the
+    /// request's `budget`, or plans it over limit.
+    pub(super) fn admit<'a>(
+        &self,
+        counters: &mut Scratch<Counter>,
+        budget: &mut u64,
+        mut limited: Limited<'a>,
+        tag: impl FnOnce() -> CounterTag,
+    ) -> Plan<'a> {
+        let cost = budget_cost(&limited.limits, limited.hits);
+        if cost > *budget {
+            return Plan::OverBudget(limited);
+        }
+        *budget -= cost;
+        limited.counters = self.push_counters(
+            counters,
+            tag(),
+            &limited.limits,
+            limited.hits,
+            limited.shadow,
+        );
+        Plan::Limited(limited)
+    }
+
+    /// The counter tag of a matched descriptor, with its long values replaced by their digests
+    /// ([`counted_value`]).
+    pub(super) fn match_tag(&self, m: &RuleMatch<'_>) -> CounterTag {
+        let max = self.options.limits.max_value_bytes;
+        if m.counter_entries.iter().all(|(_, v)| counted_as_is(v, max)) {
+            return m.counter_tag();
+        }
+        let values: Scratch<Cow<'_, str>> = m
+            .counter_entries
+            .iter()
+            .map(|(_, v)| counted_value(v, max))
+            .collect();
+        m.counter_tag_with(values.iter().map(AsRef::as_ref))
+    }
+
+    /// The counter tag of a limit override: no rule, so everything is escaped here (the same
+    /// encoding), long values replaced by their digests ([`counted_value`]).
+    pub(super) fn override_tag(&self, domain: &str, entries: &[(&str, &str)]) -> CounterTag {
+        let max = self.options.limits.max_value_bytes;
+        let values: Scratch<Cow<'_, str>> =
+            entries.iter().map(|(_, v)| counted_value(v, max)).collect();
+        let counted = entries.iter().zip(&values);
+        CounterTag::new(
+            domain,
+            counted.map(|(&(key, _), value)| (key, value.as_ref())),
+        )
+    }
+}
+
+/// What a descriptor's counters cost of the request's hit budget ([`RequestLimits::max_hits`]):
+/// its hits on each exact log (at least 1, so the budget also bounds the number of counters and
+/// the store's work for one request), 1 for each bucket counter, whose cost does not grow with
+/// its hits.
+pub(super) fn budget_cost(limits: &[Limit], hits: u64) -> u64 {
+    limits.iter().fold(0u64, |sum, limit| {
+        let cost = match limit.precision {
+            Precision::Exact => hits.max(1),
+            Precision::Buckets(_) => 1,
+        };
+        sum.saturating_add(cost)
+    })
+}
+
+/// A descriptor with a limit override: one counter on the request's entries, never shadow,
+/// no name (as in envoyproxy/ratelimit).
+pub(super) fn override_plan<'a>(
+    descriptor: &Descriptor<'_>,
+    limit: LimitOverride,
+    hits: u64,
+) -> Limited<'a> {
+    let requests_per_unit = u64::from(limit.requests_per_unit);
+    // Validated: an override without a known unit is rejected before planning.
+    let unit = limit.unit.unwrap_or(Unit::Second);
+    let limit = Limit {
+        requests_per_unit,
+        unit,
+        unit_multiplier: 1,
+        precision: Precision::automatic(requests_per_unit, unit.duration()),
+        name: None,
+    };
+    Limited {
+        label: Cow::Owned(override_label(&descriptor.entries)),
+        name: None,
+        own_labels: false,
+        limits: Cow::Owned(vec![limit]),
+        shadow: false,
+        hits,
+        counters: 0..0,
+    }
+}
+
+/// The metrics label of an override: the entry keys joined with `.`, like a rule path (keys come
+/// from the proxy's configuration; values, which clients choose, are left out).
+pub(super) fn override_label(entries: &[(&str, &str)]) -> String {
+    let mut label = String::from("override:");
+    for (i, (key, _)) in entries.iter().enumerate() {
+        if i > 0 {
+            label.push('.');
+        }
+        label.push_str(key);
+    }
+    label
+}

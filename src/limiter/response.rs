@@ -1,0 +1,140 @@
+//! The answer: per-descriptor statuses, the most restrictive counter, and the response headers.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::plan::Limited;
+use crate::config::{Limit, Unit};
+use crate::store::{Counter, CounterResult};
+
+/// OK or over limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    Ok,
+    OverLimit,
+}
+
+/// The answer to one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub overall: Code,
+    /// One per request descriptor, in order.
+    pub statuses: Vec<DescriptorStatus>,
+    /// `RateLimit-Limit`, `-Remaining`, `-Reset`, `-Policy` and on deny `Retry-After`, lower-case
+    /// names; empty when headers are off or no descriptor had a limit.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// The answer for one descriptor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DescriptorStatus {
+    pub code: Code,
+    /// The limit that decided; `None` for no rule, `unlimited` and replaced rules.
+    pub current_limit: Option<CurrentLimit>,
+    pub limit_remaining: u32,
+    pub duration_until_reset: Option<Duration>,
+}
+
+/// The limit reported for a descriptor: as configured (`requests_per_unit` per `unit`), plus the
+/// true window (`unit` × `unit_multiplier`), which Envoy's proto cannot carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrentLimit {
+    pub name: Option<String>,
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    pub window: Duration,
+}
+
+/// The index of the most restrictive result: over limit first (the one that frees up last), else
+/// the fewest remaining (ties: the one that resets last).
+pub(super) fn most_restrictive(results: &[CounterResult]) -> usize {
+    let mut best = 0;
+    for (i, result) in results.iter().enumerate().skip(1) {
+        if more_restrictive(result, &results[best]) {
+            best = i;
+        }
+    }
+    best
+}
+
+pub(super) fn more_restrictive(a: &CounterResult, b: &CounterResult) -> bool {
+    match (a.over_limit, b.over_limit) {
+        (true, false) => true,
+        (false, true) => false,
+        (true, true) => a.reset_after > b.reset_after,
+        (false, false) => {
+            a.remaining < b.remaining
+                || (a.remaining == b.remaining && a.reset_after > b.reset_after)
+        }
+    }
+}
+
+/// Whether `candidate` (chosen counter, enforced over) should give the response headers instead of
+/// `current`: an enforced deny first (the one that frees up last), else the fewest remaining.
+pub(super) fn better_for_headers(
+    candidate: (usize, bool),
+    current: Option<(usize, bool)>,
+    results: &[CounterResult],
+) -> bool {
+    let Some(current) = current else {
+        return true;
+    };
+    let (a, b) = (&results[candidate.0], &results[current.0]);
+    match (candidate.1, current.1) {
+        (true, false) => true,
+        (false, true) => false,
+        (true, true) => a.reset_after > b.reset_after,
+        (false, false) => more_restrictive(a, b),
+    }
+}
+
+/// The IETF RateLimit headers (draft-ietf-httpapi-ratelimit-headers) for the chosen counter, with
+/// every limit of its descriptor in the policy, and `Retry-After` when the request is denied.
+pub(super) fn headers(
+    counter: &Counter,
+    result: &CounterResult,
+    descriptor_counters: &[Counter],
+    denied: bool,
+) -> Vec<(&'static str, String)> {
+    let mut policy = String::with_capacity(16 * descriptor_counters.len());
+    for (i, c) in descriptor_counters.iter().enumerate() {
+        // Writing to a String cannot fail.
+        let _ = write!(
+            policy,
+            "{}{};w={}",
+            if i > 0 { ", " } else { "" },
+            c.limit,
+            ceil_secs(c.window)
+        );
+    }
+    let reset = ceil_secs(result.reset_after);
+    let mut headers = vec![
+        ("ratelimit-limit", counter.limit.to_string()),
+        ("ratelimit-remaining", result.remaining.to_string()),
+        ("ratelimit-reset", reset.to_string()),
+        ("ratelimit-policy", policy),
+    ];
+    if denied {
+        headers.push(("retry-after", reset.max(1).to_string()));
+    }
+    headers
+}
+
+/// Whole seconds, rounded up.
+pub(super) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+pub(super) fn saturate_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The limit a descriptor reports, named by its own `name`, else by the rule's.
+pub(super) fn current_limit(limited: &Limited<'_>, limit: &Limit) -> CurrentLimit {
+    CurrentLimit {
+        name: limit.name.as_deref().or(limited.name).map(str::to_string),
+        requests_per_unit: saturate_u32(limit.requests_per_unit),
+        unit: limit.unit,
+        window: limit.window(),
+    }
+}

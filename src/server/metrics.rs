@@ -1,0 +1,87 @@
+//! The listeners' metric families: connections refused at accept, and the TLS handshakes,
+//! reloads and certificate expiry.
+
+use prometheus::{IntCounterVec, IntGauge};
+
+use crate::metrics::Metrics;
+
+/// The server's metric families, registered once into the process's [`Metrics`].
+#[derive(Clone, Debug)]
+pub struct ServerMetrics {
+    connections_refused: IntCounterVec,
+    tls_handshake_failures: IntCounterVec,
+    tls_reloads: IntCounterVec,
+    tls_expiry: IntGauge,
+}
+
+impl Default for ServerMetrics {
+    /// Registered in a registry of their own (a server in tests).
+    fn default() -> Self {
+        Self::new(&Metrics::new())
+    }
+}
+
+impl ServerMetrics {
+    /// Creates and registers the families into `metrics`.
+    pub fn new(metrics: &Metrics) -> Self {
+        // Constant definitions: registering them can only fail on a programming error (a
+        // duplicate or malformed name), which the unit tests catch.
+        Self::try_new(metrics).expect("metric definitions are valid")
+    }
+
+    fn try_new(metrics: &Metrics) -> prometheus::Result<Self> {
+        let connections_refused = metrics.counter_vec(
+            "slidegate_connections_refused_total",
+            "Connections closed at accept because a connection cap was reached, by listener and reason.",
+            &["listener", "reason"],
+        )?;
+        let tls_handshake_failures = metrics.counter_vec(
+            "slidegate_tls_handshake_failures_total",
+            "TLS handshakes that failed, the connection closed without an answer, by listener and reason.",
+            &["listener", "reason"],
+        )?;
+        let tls_reloads = metrics.counter_vec(
+            "slidegate_tls_reloads_total",
+            "Replacements of the TLS certificate, key or client CAs by result (success, failure).",
+            &["result"],
+        )?;
+        let tls_expiry = metrics.gauge(
+            "slidegate_tls_certificate_expiry_timestamp_seconds",
+            "When the certificate the listeners serve expires, Unix time (with TLS on).",
+        )?;
+        for result in ["success", "failure"] {
+            tls_reloads.with_label_values(&[result]);
+        }
+        Ok(ServerMetrics {
+            connections_refused,
+            tls_handshake_failures,
+            tls_reloads,
+            tls_expiry,
+        })
+    }
+
+    /// A connection refused at accept because of a connection cap.
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.connections_refused
+            .with_label_values(&[listener, reason])
+            .inc();
+    }
+
+    /// A TLS handshake that failed (the client was refused, or gave up).
+    pub fn tls_handshake_failure(&self, listener: &str, reason: &str) {
+        self.tls_handshake_failures
+            .with_label_values(&[listener, reason])
+            .inc();
+    }
+
+    /// An attempt to replace the TLS material after its files changed.
+    pub fn tls_reload(&self, success: bool) {
+        let result = if success { "success" } else { "failure" };
+        self.tls_reloads.with_label_values(&[result]).inc();
+    }
+
+    /// The expiry of the certificate now served, Unix time.
+    pub fn set_tls_expiry(&self, expires: i64) {
+        self.tls_expiry.set(expires);
+    }
+}

@@ -1,0 +1,98 @@
+//! What every transport shares: the limiter, the traces and the metrics, built once at start.
+//!
+//! The transports take them from here rather than from the limiter, which decides and knows
+//! nothing of how a decision is traced or which transport asked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::Histogram;
+
+use crate::limiter::RateLimiter;
+use crate::metrics::Metrics;
+use crate::telemetry::Traces;
+
+/// The transport a request came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Grpc,
+    Json,
+    Check,
+}
+
+impl Transport {
+    const ALL: [Transport; 3] = [Transport::Grpc, Transport::Json, Transport::Check];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Grpc => "grpc",
+            Transport::Json => "json",
+            Transport::Check => "check",
+        }
+    }
+}
+
+/// The limiter, the traces and the metrics of the gRPC service, the HTTP routes and the h2
+/// server.
+pub struct Front {
+    limiter: Arc<RateLimiter>,
+    traces: Option<Traces>,
+    metrics: Arc<Metrics>,
+    /// `slidegate_request_duration_seconds` of each [`Transport`].
+    request_duration: [Histogram; 3],
+}
+
+impl std::fmt::Debug for Front {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Front")
+            .field("limiter", &self.limiter)
+            .field("traces", &self.traces.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Front {
+    /// The front of the process, registering the requests' metric family into `metrics`; with
+    /// `traces`, sampled requests get a span.
+    pub fn new(limiter: Arc<RateLimiter>, traces: Option<Traces>, metrics: Arc<Metrics>) -> Self {
+        // A constant definition: registering it can only fail on a programming error (a
+        // duplicate or malformed name), which the unit tests catch.
+        let request_duration = metrics
+            .latency_vec(
+                "slidegate_request_duration_seconds",
+                "Time to answer one rate-limit request, by transport (grpc, json, check).",
+                &["transport"],
+            )
+            .expect("metric definitions are valid");
+        Front {
+            limiter,
+            traces,
+            request_duration: Transport::ALL
+                .map(|t| request_duration.with_label_values(&[t.as_str()])),
+            metrics,
+        }
+    }
+
+    pub fn limiter(&self) -> &Arc<RateLimiter> {
+        &self.limiter
+    }
+
+    /// The traces, when on.
+    pub fn traces(&self) -> Option<&Traces> {
+        self.traces.as_ref()
+    }
+
+    /// Every metric of the process, for `GET /metrics`.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Time to answer one request.
+    pub fn observe_request(&self, transport: Transport, elapsed: Duration) {
+        let index = Transport::ALL
+            .iter()
+            .position(|t| *t == transport)
+            .unwrap_or(0);
+        self.request_duration[index].observe(elapsed.as_secs_f64());
+    }
+}
