@@ -4,9 +4,10 @@
 # Build stage: the profile-guided build of scripts/build-pgo, which spends a fifth to a third less
 # CPU per call than `cargo build --release` (BENCHMARKS.md, In short). It builds twice
 # (instrumented, then with the profile) and trains the instrumented server for about 40 s on
-# 127.0.0.1 in between, against a local redis-server so that the Redis store is optimised too:
-# about 13 minutes on 2 cores, and it fetches rustup's llvm-tools. Each build links with fat LTO:
-# give the builder at least 2 GB of memory (a link peaks at 1.8 GB). The Cargo registry and
+# 127.0.0.1 in between, under the load generator (bench/, which is why the context holds it; the
+# image gets only the server), against a local redis-server so that the Redis store is optimised
+# too: about 13 minutes on 2 cores, and it fetches rustup's llvm-tools. Each build links with fat
+# LTO: give the builder at least 2 GB of memory (a link peaks at 1.8 GB). The Cargo registry and
 # target/ live in BuildKit cache mounts, so the build needs BuildKit: Docker's default builder
 # since version 23; with an older engine, `DOCKER_BUILDKIT=1 docker build -t slidegate .`. The
 # builder is Debian bookworm like the runtime image, so the binary links against the same glibc.

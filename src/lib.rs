@@ -8,11 +8,9 @@
 //! - [`store`]: the sliding-window stores (embedded memory, Redis, Redis Cluster) behind one trait.
 //! - [`service`]: the transports (gRPC RLS, HTTP `/json`, `/check`, health, `/rlconfig`, `/metrics`).
 //! - [`metrics`]: the Prometheus registry, which each layer registers its own families into.
-//! - [`mod@bench`]: a gRPC load generator for any RateLimitService v3 server.
 //! - [`telemetry`]: OpenTelemetry traces, one span per decision, exported over OTLP.
 //! - [`compat`]: envoyproxy/ratelimit's environment variables, mapped onto slidegate's settings.
 
-pub mod bench;
 pub mod compat;
 pub mod config;
 pub mod limiter;

@@ -1,4 +1,4 @@
-//! The `slidegate` command line: `serve` (the default), `check-config` and `bench`. Wiring only: the
+//! The `slidegate` command line: `serve` (the default) and `check-config`. Wiring only: the
 //! behaviour lives in the library.
 
 use std::ffi::OsString;
@@ -71,13 +71,6 @@ enum Command {
         #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
         max_entries: usize,
     },
-    /// Loads any RateLimitService v3 server over gRPC and reports throughput, latency
-    /// percentiles and allowed/denied/error counts (text and one JSON line).
-    ///
-    /// Exit status: 0 when every measured call got an answer (allowed or denied), 3 when the run
-    /// finished but some calls failed (the report counts them), 1 when it could not run (nothing
-    /// to connect to), 2 for bad arguments.
-    Bench(slidegate::bench::BenchArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -383,7 +376,6 @@ fn main() -> ExitCode {
             },
             compat,
         ),
-        Some(Command::Bench(args)) => bench_main(args),
         None => serve_main(
             ServeArgs {
                 config_from_env,
@@ -485,30 +477,6 @@ fn unreachable_rules(rules: &slidegate::config::RuleSet, max_entries: usize) -> 
             )
         })
         .collect()
-}
-
-/// `slidegate bench`: the load generator builds its own runtimes, one per thread.
-fn bench_main(args: slidegate::bench::BenchArgs) -> ExitCode {
-    match slidegate::bench::main(args) {
-        Ok(report) if report.errors == 0 => ExitCode::SUCCESS,
-        // A script must not take a run of failed calls for a measurement: a distinct code, so
-        // that it can still tell this from a run that never started (1).
-        Ok(report) => {
-            eprintln!(
-                "slidegate bench: {} of {} calls failed",
-                report.errors, report.requests
-            );
-            ExitCode::from(3)
-        }
-        Err(error) => {
-            eprintln!("slidegate bench: {error:#}");
-            match error {
-                // As clap does for the arguments it checks itself.
-                slidegate::bench::BenchError::Invalid(_) => ExitCode::from(2),
-                _ => ExitCode::FAILURE,
-            }
-        }
-    }
 }
 
 fn serve_main(args: ServeArgs, compat: Option<Translation>) -> ExitCode {
