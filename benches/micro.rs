@@ -1,7 +1,7 @@
 //! Criterion micro-benchmarks of the hot path, without any network: descriptor matching, counter
 //! key encoding, the memory store's decision, the deny cache, and one whole limiter call.
 //!
-//! `cargo bench --bench micro` (or `scripts/bench --only micro`); results and their reading are in
+//! `cargo bench --bench micro` (or `bench/scripts/bench --only micro`); results and their reading are in
 //! BENCHMARKS.md. Groups:
 //!
 //! - `matching`: one descriptor against 10 and 10 000 rules. The tree is a map per level, so the

@@ -1,7 +1,7 @@
 //! Redis Sentinel: the real `slidegate` binary against a real primary, replica and three
 //! sentinels (`redis-server FILE --sentinel`), started by the test on free ports.
 //!
-//! The failover test SIGKILLs the primary under `slidegate bench` load and checks what an
+//! The failover test SIGKILLs the primary under `slidegate-bench` load and checks what an
 //! operator pages on: no call fails beyond the failure mode's answers, limits are enforced again
 //! within [`RECOVERY_BOUND`] of the sentinels naming the new primary, and two instances on the
 //! promoted primary admit exactly N of a burst. The startup tests check that a missing sentinel
@@ -18,8 +18,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use futures::future::join_all;
 use support::sentinel::{MASTER, SentinelServer, SentinelSet};
 use support::{
-    KillOnDrop, RedisServer, Slidegate, TestCa, descriptor, free_port, metric_value, request,
-    slidegate_command, wait_until,
+    KillOnDrop, RedisServer, Slidegate, TestCa, bench_command, descriptor, free_port, metric_value,
+    request, slidegate_command, wait_until,
 };
 
 /// How soon after the sentinels name the new primary slidegate enforces limits again (stated
@@ -81,15 +81,15 @@ async fn follows_a_failover_under_load_and_stays_exact() {
     assert_eq!(probe(&first).await, Code::Ok);
     assert_eq!(probe(&first).await, Code::OverLimit, "the store decides");
 
-    let bench = slidegate_command()
-        .args(["bench", "--target", &first.grpc_uri(), "--json"])
+    let bench = bench_command()
+        .args(["--target", &first.grpc_uri(), "--json"])
         .args(["--domain", "sentinel", "--key", "client", "--keys", "50"])
         .args(["--duration", "8s", "--warmup", "0s", "--timeout", "2s"])
         .args(["--concurrency", "8", "--connections", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn slidegate bench");
+        .expect("spawn slidegate-bench");
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     let old_primary = set.primary.as_ref().map(|p| p.port).expect("a primary");

@@ -16,8 +16,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use support::{
-    RedisServer, Slidegate, call, descriptor, free_port, metric_value, promtool_check_metrics,
-    request, run_ok, slidegate_command, wait_until,
+    RedisServer, Slidegate, bench_command, call, descriptor, free_port, metric_value,
+    promtool_check_metrics, request, run_ok, slidegate_command, wait_until,
 };
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -1317,7 +1317,7 @@ async fn sigterm_lets_in_flight_calls_finish() {
     server.expect_clean_exit(Duration::from_secs(10));
 }
 
-/// `slidegate bench` rides out a server restart: calls fail while nothing listens, then the
+/// `slidegate-bench` rides out a server restart: calls fail while nothing listens, then the
 /// generator dials again and loads the new server on the same port. It still reports the run, and
 /// exits 3 so that a script does not take the failed calls for a measurement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1363,7 +1363,7 @@ async fn bench_prefill_dials_again_after_the_server_restarts() {
     );
 }
 
-/// `slidegate bench`'s exit code is an interface: 2 for arguments it refuses, 1 when there is
+/// `slidegate-bench`'s exit code is an interface: 2 for arguments it refuses, 1 when there is
 /// nothing to measure (no server listening), both with a message and no report. (3, a run with
 /// failed calls, and 0 are checked by the restart test and the Redis baseline test.)
 #[test]
@@ -1379,11 +1379,11 @@ fn bench_exit_codes_tell_bad_arguments_from_no_server() {
         (&["--duration", "1s"], 1, "cannot connect"),
     ];
     for (args, code, message) in cases {
-        let out = slidegate_command()
-            .args(["bench", "--json", "--target", &nothing_listens])
+        let out = bench_command()
+            .args(["--json", "--target", &nothing_listens])
             .args(args)
             .output()
-            .expect("run slidegate bench");
+            .expect("run slidegate-bench");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
         assert!(stderr.contains(message), "{args:?}: {stderr}");
@@ -1391,7 +1391,7 @@ fn bench_exit_codes_tell_bad_arguments_from_no_server() {
     }
 }
 
-/// `slidegate bench --target redis://` is the baseline of a Redis-store run: slidegate's own store
+/// `slidegate-bench --target redis://` is the baseline of a Redis-store run: slidegate's own store
 /// called from the generator, no server in between. It must write the very counters a server with
 /// `scripts/bench`'s rule (100 per second) writes for the same requests, make at most one script
 /// call per request, and count allowed and denied calls from the store's decisions.
@@ -1415,11 +1415,11 @@ fn bench_calls_redis_directly_with_the_servers_counters() {
         keys
     };
     let bench = |target: &str| {
-        let mut command = slidegate_command();
-        command.args(["bench", "--target", target, "--json", "--keys", "1"]);
+        let mut command = bench_command();
+        command.args(["--target", target, "--json", "--keys", "1"]);
         command.args(["--duration", "1s", "--warmup", "0s", "--timeout", "2s"]);
         command.args(["--concurrency", "4", "--connections", "2"]);
-        let out = run_ok(&mut command, "slidegate bench");
+        let out = run_ok(&mut command, "slidegate-bench");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
         let count = |field: &str| report[field].as_u64().expect(field);
         let (requests, allowed) = (count("requests"), count("allowed"));
@@ -1456,7 +1456,7 @@ descriptors:
     assert_eq!(keys_written(), [key]);
 }
 
-/// Runs `slidegate bench` (8 workers on 2 connections, plus `args`) against a server that is
+/// Runs `slidegate-bench` (8 workers on 2 connections, plus `args`) against a server that is
 /// killed once it has answered `after_calls` calls (progress, not time, so that a faster machine
 /// does not finish first) and started again on the same port; returns the generator's output,
 /// once it has exited with a report (0, or 3 if calls failed), and the second server.
@@ -1465,14 +1465,14 @@ async fn bench_across_a_restart(
     after_calls: f64,
 ) -> (std::process::Output, Slidegate) {
     let first = Server::start(&[]);
-    let bench = slidegate_command()
-        .args(["bench", "--target", &first.grpc_uri(), "--timeout", "500ms"])
+    let bench = bench_command()
+        .args(["--target", &first.grpc_uri(), "--timeout", "500ms"])
         .args(["--concurrency", "8", "--connections", "2", "--threads", "1"])
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("spawn slidegate bench");
+        .expect("spawn slidegate-bench");
     let deadline = Instant::now() + Duration::from_secs(30);
     while grpc_calls_served(&first) < after_calls {
         assert!(Instant::now() < deadline, "the generator made no progress");

@@ -554,7 +554,7 @@ async fn stalled_handshakes_and_ping_floods_inside_tls_are_closed() {
     );
 }
 
-/// `slidegate bench` loads a gRPC listener over TLS (`https://`, trusting `--ca-file`): every call
+/// `slidegate-bench` loads a gRPC listener over TLS (`https://`, trusting `--ca-file`): every call
 /// answered, none failed; without `--ca-file` an `https://` target is refused up front.
 #[test]
 fn bench_loads_a_tls_listener() {
@@ -571,14 +571,12 @@ fn bench_loads_a_tls_listener() {
     );
     let target = format!("https://localhost:{}", server.grpc_port);
     let bench = |extra: &[&str]| {
-        support::slidegate_command()
-            .args([
-                "bench", "--target", &target, "--domain", "tls", "--key", "k",
-            ])
+        support::bench_command()
+            .args(["--target", &target, "--domain", "tls", "--key", "k"])
             .args(["--duration", "1s", "--warmup", "0s", "--json"])
             .args(extra)
             .output()
-            .expect("run slidegate bench")
+            .expect("run slidegate-bench")
     };
     let out = bench(&["--ca-file", path_str(&ca.ca_file)]);
     let report: serde_json::Value =
@@ -594,7 +592,7 @@ fn bench_loads_a_tls_listener() {
     );
 }
 
-/// Proves: certificates rotated while `slidegate bench` keeps calls going over TLS (a Secret
+/// Proves: certificates rotated while `slidegate-bench` keeps calls going over TLS (a Secret
 /// `..data` swap, then files renamed over) fail no call, and new connections then get the new
 /// certificate.
 #[test]
@@ -616,17 +614,15 @@ fn rotation_under_load_fails_no_call() {
     let ca_file = tempfile::NamedTempFile::new().expect("ca file");
     std::fs::write(ca_file.path(), &ca.pem).expect("write ca");
     let target = format!("https://localhost:{}", slidegate.grpc_port);
-    let bench = support::slidegate_command()
-        .args([
-            "bench", "--target", &target, "--domain", "tls", "--key", "k",
-        ])
+    let bench = support::bench_command()
+        .args(["--target", &target, "--domain", "tls", "--key", "k"])
         .args(["--ca-file", path_str(ca_file.path())])
         .args(["--connections", "4", "--concurrency", "8"])
         .args(["--duration", "6s", "--warmup", "0s", "--json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("run slidegate bench");
+        .expect("run slidegate-bench");
     let http = slidegate.http_port;
     let served = || {
         https_get(http, &ca.pem, &client, "/healthcheck")

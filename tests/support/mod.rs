@@ -478,6 +478,26 @@ pub fn slidegate_command() -> Command {
     command
 }
 
+/// The load generator, `slidegate-bench` (the workspace's bench crate), from the same target
+/// directory as the server and with the same environment cleared. `scripts/test` builds it.
+pub fn bench_command() -> Command {
+    let server = std::path::Path::new(env!("CARGO_BIN_EXE_slidegate"));
+    let bench = server.with_file_name("slidegate-bench");
+    assert!(
+        bench.exists(),
+        "{} is missing: build it with `cargo build -p slidegate-bench` (scripts/test does)",
+        bench.display()
+    );
+    let mut command = Command::new(bench);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SLIDEGATE_") {
+            command.env_remove(key);
+        }
+    }
+    command.env_remove("RUST_LOG");
+    command
+}
+
 /// A running `slidegate serve` on free ports, its stderr in a log file; killed on drop.
 pub struct Slidegate {
     pub grpc_port: u16,
