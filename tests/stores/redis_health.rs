@@ -12,18 +12,14 @@
 //! Windows are long (a minute) so that nothing leaves them during a test; waits are bounded
 //! generously for a slow, shared machine.
 
-#[path = "support/restartable_redis.rs"]
-mod restartable_redis;
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::restartable_redis::RestartableRedis;
+use crate::support::{Slidegate, descriptor, metric_value, promtool_check_metrics, wait_until};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use futures::future::join_all;
-use restartable_redis::RestartableRedis;
-use support::{Slidegate, descriptor, metric_value, promtool_check_metrics, wait_until};
 use tonic::transport::Channel;
 
 const RULES: &str = r#"
@@ -52,7 +48,7 @@ async fn call(
     key: &str,
     value: &str,
 ) -> Result<Code, tonic::Status> {
-    let request = support::request("health", vec![descriptor(&[(key, value)])]);
+    let request = crate::support::request("health", vec![descriptor(&[(key, value)])]);
     client
         .should_rate_limit(request)
         .await

@@ -8,19 +8,17 @@
 //! set or an unknown master name stops `serve` quickly, with an error that names what was tried
 //! and no password.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use futures::future::join_all;
-use support::sentinel::{MASTER, SentinelServer, SentinelSet};
-use support::{
+use crate::support::sentinel::{MASTER, SentinelServer, SentinelSet};
+use crate::support::{
     KillOnDrop, RedisServer, Slidegate, TestCa, bench_command, descriptor, free_port, metric_value,
     request, slidegate_command, wait_until,
 };
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use futures::future::join_all;
 
 /// How soon after the sentinels name the new primary slidegate enforces limits again (stated
 /// in OPERATIONS.md, "Redis Sentinel"): a lookup every 100 ms while the primary is missing, plus

@@ -12,8 +12,6 @@
 //! guard drops. Logs and generated configs of each test are kept in
 //! `target/tmp/e2e/<test name>/` for a post-mortem.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -22,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use support::{
+use crate::support::{
     Ca, KillOnDrop, RedisServer, envoy_program, free_port, metric_value, require_program, run_ok,
     wait_until,
 };
@@ -231,7 +229,7 @@ fn envoy_calls_slidegate_over_mutual_tls_and_refused_envoys_get_no_answers() {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let upstream = Upstream::start();
     let slidegate = Slidegate::start_tls(&dir, &default_config(), "sg", &flags);
-    let envoy_with = |name: &str, client: &support::Pair| {
+    let envoy_with = |name: &str, client: &crate::support::Pair| {
         let cert = write(&format!("{name}.crt"), &client.cert);
         let key = write(&format!("{name}.key"), &client.key);
         let socket = upstream_tls(&cert, &key, &client_ca);

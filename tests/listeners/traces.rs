@@ -4,17 +4,13 @@
 //! sampling ratio, a dead collector, Redis timings and the failure mode, and the trace context of
 //! a real Envoy request carried into slidegate's span.
 
-#[path = "support/otlp.rs"]
-mod otlp;
-mod support;
-
 use std::time::Duration;
 
+use crate::otlp::{Collector, Received};
+use crate::support::{RedisServer, Slidegate, descriptor, metric_value, wait_until};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use otlp::{Collector, Received};
-use support::{RedisServer, Slidegate, descriptor, metric_value, wait_until};
 use tonic::transport::Channel;
 
 /// `user` allows one request per minute for each user.
@@ -46,7 +42,7 @@ fn start(rules: &tempfile::TempDir, args: &[&str]) -> Slidegate {
 }
 
 fn user_request(user: &str) -> RateLimitRequest {
-    support::request("traced", vec![descriptor(&[("user", user)])])
+    crate::support::request("traced", vec![descriptor(&[("user", user)])])
 }
 
 /// `ShouldRateLimit` with `metadata` as gRPC metadata; the answer's overall code.
@@ -244,7 +240,7 @@ async fn ratio_zero_exports_nothing_but_follows_a_sampling_caller() {
 async fn a_dead_collector_does_not_fail_calls() {
     let rules = rules_dir();
     for protocol in ["grpc", "http"] {
-        let nowhere = format!("http://127.0.0.1:{}", support::free_port());
+        let nowhere = format!("http://127.0.0.1:{}", crate::support::free_port());
         let slidegate = start(
             &rules,
             &["--otlp-endpoint", &nowhere, "--otlp-protocol", protocol],
@@ -327,7 +323,7 @@ async fn redis_round_trips_and_the_failure_mode_are_in_the_span() {
 /// span a child of that call: one trace from the client through Envoy into slidegate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_carries_the_request_trace_into_slidegate() {
-    let Some(envoy) = support::envoy_program() else {
+    let Some(envoy) = crate::support::envoy_program() else {
         return;
     };
     let collector = Collector::grpc().await;
@@ -335,8 +331,8 @@ async fn envoy_carries_the_request_trace_into_slidegate() {
     let endpoint = collector.endpoint();
     let slidegate = start(&rules, &["--otlp-endpoint", &endpoint]);
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = support::free_port();
-    let admin = support::free_port();
+    let port = crate::support::free_port();
+    let admin = crate::support::free_port();
     let config = ENVOY_CONFIG
         .replace("LISTENER_PORT", &port.to_string())
         .replace("ADMIN_PORT", &admin.to_string())
@@ -346,7 +342,7 @@ async fn envoy_carries_the_request_trace_into_slidegate() {
     let config_path = dir.path().join("envoy.yaml");
     std::fs::write(&config_path, config).expect("write envoy config");
     let log = std::fs::File::create(dir.path().join("envoy.log")).expect("log");
-    let _envoy = support::KillOnDrop(
+    let _envoy = crate::support::KillOnDrop(
         std::process::Command::new(envoy)
             .arg("-c")
             .arg(&config_path)
@@ -357,7 +353,7 @@ async fn envoy_carries_the_request_trace_into_slidegate() {
             .expect("spawn envoy"),
     );
     let ready = wait_until(Duration::from_secs(60), || {
-        support::http_get(admin, "/ready").0 == 200
+        crate::support::http_get(admin, "/ready").0 == 200
     });
     let envoy_log = || std::fs::read_to_string(dir.path().join("envoy.log")).unwrap_or_default();
     assert!(ready, "envoy did not start:\n{}", envoy_log());

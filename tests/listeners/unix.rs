@@ -2,17 +2,17 @@
 //! answer, the socket files get `--unix-socket-mode`, a socket file left by a crashed run is
 //! replaced while any other file at the path is refused, and the files are gone after SIGTERM.
 
-mod support;
-
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::{
+    KillOnDrop, call, descriptor, request, send_signal, slidegate_command, wait_until,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use hyper_util::rt::TokioIo;
-use support::{KillOnDrop, call, descriptor, request, send_signal, slidegate_command, wait_until};
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 

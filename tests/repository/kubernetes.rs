@@ -12,16 +12,14 @@
 //! `kubernetes-validate` is looked for in `SLIDEGATE_KUBERNETES_VALIDATE`, then `.venv/bin`
 //! (where `scripts/test` installs it), then on PATH.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_yaml::Value;
-use support::{
+use crate::support::{
     KillOnDrop, envoy_program, free_port, http_get, require_program, slidegate_command, wait_until,
 };
+use serde_yaml::Value;
 
 const BASE: &str = "deploy/kubernetes/base";
 const REDIS_OVERLAY: &str = "deploy/kubernetes/overlays/redis";

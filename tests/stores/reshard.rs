@@ -8,18 +8,18 @@
 //! Exactness is checked with a known arrival pattern: bursts of more concurrent calls than the
 //! limit, each on a fresh counter of a moving slot, whose window outlasts the test.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::reshard::{
+    error_replies, fill_slot, lands_on, masters, reshard, values_on_slots,
+};
+use crate::support::{RedisCluster, Slidegate, descriptor, metric_value, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use futures::future::join_all;
 use slidegate::store::CounterKey;
-use support::reshard::{error_replies, fill_slot, lands_on, masters, reshard, values_on_slots};
-use support::{RedisCluster, Slidegate, descriptor, metric_value, request};
 use tonic::transport::Channel;
 
 /// Limit of a burst counter, per minute: nothing leaves its window while the test runs.

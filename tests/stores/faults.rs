@@ -6,21 +6,19 @@
 //! with a generous margin, never an exact duration. Each test says in its doc comment what it
 //! proves.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::{
+    RedisCluster, RedisServer, Slidegate, TlsRedisServer, descriptor, grpc_frame, http_get,
+    metric_value, raw_should_rate_limit, send_signal, wait_until,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message as _;
-use support::{
-    RedisCluster, RedisServer, Slidegate, TlsRedisServer, descriptor, grpc_frame, http_get,
-    metric_value, raw_should_rate_limit, send_signal, wait_until,
-};
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -65,7 +63,7 @@ impl Rules {
 }
 
 fn request(entries: &[(&str, &str)]) -> RateLimitRequest {
-    support::request(DOMAIN, vec![descriptor(entries)])
+    crate::support::request(DOMAIN, vec![descriptor(entries)])
 }
 
 /// What one call got, classified.

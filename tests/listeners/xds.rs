@@ -2,8 +2,6 @@
 //! serves `RateLimitConfig` resources over ADS to the real slidegate binary, and checks both sides
 //! of the protocol: what slidegate enforces, and what it answers (ACK, NACK, reconnects).
 
-mod support;
-
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,7 +28,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use support::{Slidegate, call, descriptor, metric_value, request, wait_until};
+use crate::support::{Slidegate, call, descriptor, metric_value, request, wait_until};
 
 type Responses = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, Status>> + Send>>;
 
@@ -92,7 +90,7 @@ impl ControlPlane {
 
     /// A control plane that requires TLS with a client certificate signed by `ca`'s CA, as Envoy
     /// Gateway's does.
-    async fn start_mtls(ca: &support::TestCa) -> ControlPlane {
+    async fn start_mtls(ca: &crate::support::TestCa) -> ControlPlane {
         use tonic::transport::{Certificate, Identity, ServerTlsConfig};
         let read = |path: &std::path::Path| std::fs::read(path).expect("read test certificate");
         let tls = ServerTlsConfig::new()
@@ -211,7 +209,7 @@ fn slidegate(control_plane: &ControlPlane, extra: &[&str]) -> Slidegate {
 }
 
 /// The CA, client certificate and key files of `ca`, as arguments.
-fn tls_files(ca: &support::TestCa) -> [String; 3] {
+fn tls_files(ca: &crate::support::TestCa) -> [String; 3] {
     [&ca.ca_file, &ca.cert_file, &ca.key_file].map(|p| p.to_string_lossy().into_owned())
 }
 
@@ -421,7 +419,7 @@ async fn a_dropped_stream_keeps_the_rules_and_reconnects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_that_comes_up_later_is_reached() {
     // slidegate first, as when its pod starts before Envoy Gateway's: nothing listens yet.
-    let port = support::free_port();
+    let port = crate::support::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let server = Slidegate::start_without_config(&[
         "--xds-server",
@@ -460,7 +458,7 @@ async fn forced_start_is_ready_without_rules_and_allows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_arrive_over_mutual_tls() {
-    let ca = support::TestCa::new();
+    let ca = crate::support::TestCa::new();
     let mut control_plane = ControlPlane::start_mtls(&ca).await;
     // As Envoy Gateway configures it: `host:port`, TLS because TLS files are given.
     let address = format!("127.0.0.1:{}", control_plane.port);
@@ -493,7 +491,7 @@ async fn rules_arrive_over_mutual_tls() {
 /// control plane, with no flag of slidegate's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateway_environment_brings_rules_over_xds() {
-    let ca = support::TestCa::new();
+    let ca = crate::support::TestCa::new();
     let mut control_plane = ControlPlane::start_mtls(&ca).await;
     let address = format!("127.0.0.1:{}", control_plane.port);
     let [ca_file, cert_file, key_file] = tls_files(&ca);
@@ -509,7 +507,7 @@ async fn envoy_gateway_environment_brings_rules_over_xds() {
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ("USE_STATSD", "false"),
     ];
-    let server = Slidegate::launch(None, support::free_port(), &[], &env);
+    let server = Slidegate::launch(None, crate::support::free_port(), &[], &env);
     let subscribe = control_plane.next_request().await;
     assert_eq!(
         subscribe.node.map(|n| n.id).as_deref(),
@@ -528,7 +526,7 @@ async fn envoy_gateway_environment_brings_rules_over_xds() {
 
 #[test]
 fn rule_files_and_a_control_plane_together_are_refused() {
-    let output = support::slidegate_command()
+    let output = crate::support::slidegate_command()
         .args(["serve", "--config", "config", "--xds-server", "127.0.0.1:1"])
         .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
         .args(["--admin-addr", "127.0.0.1:0"])
@@ -545,20 +543,20 @@ fn a_control_plane_overrides_slidegate_config_from_the_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log_path = dir.path().join("slidegate.log");
     let log = std::fs::File::create(&log_path).expect("log file");
-    let (grpc, http) = (support::free_port(), support::free_port());
-    let child = support::slidegate_command()
+    let (grpc, http) = (crate::support::free_port(), crate::support::free_port());
+    let child = crate::support::slidegate_command()
         .args(["serve", "--xds-server", "127.0.0.1:1"])
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
         .args([
             "--admin-addr",
-            &format!("127.0.0.1:{}", support::free_port()),
+            &format!("127.0.0.1:{}", crate::support::free_port()),
         ])
         .env("SLIDEGATE_CONFIG", "config")
         .stderr(log)
         .spawn()
         .expect("spawn slidegate");
-    let _process = support::KillOnDrop(child);
+    let _process = crate::support::KillOnDrop(child);
     let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let listening = wait_until(Duration::from_secs(20), || read_log().contains("listening"));
     let log = read_log();

@@ -3,17 +3,15 @@
 //! environment and nothing else, its rules in a directory shaped like a mounted ConfigMap and
 //! updated the way kubelet updates one; and the errors that stop a start with a malformed value.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use support::{
+use crate::support::{
     KillOnDrop, RedisServer, call, descriptor, free_port, http_get, request, wait_until,
 };
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 /// The ConfigMap of Istio's sample (its comment), with a `metadata` key as envoyproxy/ratelimit
 /// accepts it.

@@ -6,19 +6,17 @@
 //! connections get the new certificate, open ones keep working, and a broken replacement keeps
 //! the old one serving.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::{
+    Ca, Pair, Slidegate, descriptor, https_get, metric_value, request, tls_client_config,
+    wait_until,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use support::{
-    Ca, Pair, Slidegate, descriptor, https_get, metric_value, request, tls_client_config,
-    wait_until,
-};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 const RULES: &str = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n";
@@ -559,7 +557,7 @@ async fn stalled_handshakes_and_ping_floods_inside_tls_are_closed() {
 #[test]
 fn bench_loads_a_tls_listener() {
     let rules = rules();
-    let ca = support::TestCa::new();
+    let ca = crate::support::TestCa::new();
     let server = Slidegate::start(
         rules.path(),
         &[
@@ -571,7 +569,7 @@ fn bench_loads_a_tls_listener() {
     );
     let target = format!("https://localhost:{}", server.grpc_port);
     let bench = |extra: &[&str]| {
-        support::bench_command()
+        crate::support::bench_command()
             .args(["--target", &target, "--domain", "tls", "--key", "k"])
             .args(["--duration", "1s", "--warmup", "0s", "--json"])
             .args(extra)
@@ -614,7 +612,7 @@ fn rotation_under_load_fails_no_call() {
     let ca_file = tempfile::NamedTempFile::new().expect("ca file");
     std::fs::write(ca_file.path(), &ca.pem).expect("write ca");
     let target = format!("https://localhost:{}", slidegate.grpc_port);
-    let bench = support::bench_command()
+    let bench = crate::support::bench_command()
         .args(["--target", &target, "--domain", "tls", "--key", "k"])
         .args(["--ca-file", path_str(ca_file.path())])
         .args(["--connections", "4", "--concurrency", "8"])

@@ -1,8 +1,6 @@
 //! Rule configuration: every validation case (by fixture), the matching table, metrics names,
 //! the default rules, reloads on file changes and SIGHUP, and `slidegate check-config`.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,7 +76,7 @@ fn yaml_syntax_errors_give_the_line() {
 
 /// `slidegate check-config PATH`.
 fn check_config(path: &Path) -> Output {
-    support::slidegate_command()
+    crate::support::slidegate_command()
         .arg("check-config")
         .arg(path)
         .output()
@@ -100,7 +98,10 @@ fn assert_contains_all(haystack: &str, needles: &[&str]) {
 }
 
 /// `POST /json`; the answer's JSON.
-async fn post_json(server: &support::Slidegate, body: serde_json::Value) -> serde_json::Value {
+async fn post_json(
+    server: &crate::support::Slidegate,
+    body: serde_json::Value,
+) -> serde_json::Value {
     let response = reqwest::Client::new()
         .post(server.url("/json"))
         .body(body.to_string())
@@ -113,7 +114,7 @@ async fn post_json(server: &support::Slidegate, body: serde_json::Value) -> serd
 /// A one-descriptor request with `hits` hits (0: check without counting) on /json: the status's
 /// code and its limit as `N UNIT` (`none` without one).
 async fn decide(
-    server: &support::Slidegate,
+    server: &crate::support::Slidegate,
     domain: &str,
     entries: &[(&str, &str)],
     hits: u64,
@@ -167,7 +168,7 @@ async fn yaml_1_1_is_read_as_envoy_ratelimit_reads_it() {
         ],
     );
 
-    let server = support::Slidegate::start(&file, &[]);
+    let server = crate::support::Slidegate::start(&file, &[]);
     let limit = |key: &'static str| {
         let server = &server;
         async move { decide(server, "yaml11", &[(key, "x")], 0).await.1 }
@@ -229,7 +230,7 @@ async fn every_directory_entry_is_read_or_reported() {
         ],
     );
 
-    let server = support::Slidegate::start(dir.path(), &[]);
+    let server = crate::support::Slidegate::start(dir.path(), &[]);
     for domain in ["a", "b", "d"] {
         let (code, limit) = decide(&server, domain, &[("k", "x")], 2).await;
         assert_eq!((code.as_str(), limit.as_str()), ("OVER_LIMIT", "1 SECOND"));
@@ -249,8 +250,8 @@ async fn an_empty_rule_directory_serves_without_rules() {
     assert!(out.status.success(), "{out:?}");
     assert!(stderr(&out).contains("no rule files"), "{out:?}");
 
-    let server = support::Slidegate::start(dir.path(), &[]);
-    let healthy = support::wait_until(Duration::from_secs(10), || {
+    let server = crate::support::Slidegate::start(dir.path(), &[]);
+    let healthy = crate::support::wait_until(Duration::from_secs(10), || {
         server.get("/healthcheck") == (200, "OK: no rules loaded\n".to_owned())
     });
     assert!(
@@ -305,13 +306,13 @@ async fn week_in_limit_overrides() {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 
-    let server = support::Slidegate::start(&fixtures().join("good/matching.yaml"), &[]);
-    let mut descriptor = support::descriptor(&[("method", "GET")]);
+    let server = crate::support::Slidegate::start(&fixtures().join("good/matching.yaml"), &[]);
+    let mut descriptor = crate::support::descriptor(&[("method", "GET")]);
     descriptor.limit = Some(RateLimitOverride {
         requests_per_unit: 3,
         unit: 7,
     });
-    let request = support::request("matching", vec![descriptor]);
+    let request = crate::support::request("matching", vec![descriptor]);
     let response = server
         .client()
         .await
@@ -344,7 +345,7 @@ async fn week_in_limit_overrides() {
 /// pattern, as envoyproxy/ratelimit does: request values never become `rule` labels.
 #[tokio::test]
 async fn shared_wildcards_name_metrics_by_their_pattern() {
-    let server = support::Slidegate::start(&fixtures().join("good/matching.yaml"), &[]);
+    let server = crate::support::Slidegate::start(&fixtures().join("good/matching.yaml"), &[]);
     for value in ["api/v1", "api/v2"] {
         let entries = [("shared_route", value), ("method", "GET")];
         decide(&server, "matching", &entries, 1).await;

@@ -7,18 +7,16 @@
 //! a manual clock; Redis runs on real time with windows of 1-2 s and assertions bounded by the
 //! measured time between calls, so they hold on a loaded machine without being vague.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::support::{RedisCluster, RedisServer, TlsRedisCluster, TlsRedisServer};
 use proptest::prelude::*;
 use redis::cluster_routing::Slot;
 use slidegate::store::{
     ClientCertFiles, Clock, Counter, CounterKey, Decision, ManualClock, MemoryStore, Precision,
     RedisOptions, RedisStore, Store, StoreError, redact_url,
 };
-use support::{RedisCluster, RedisServer, TlsRedisCluster, TlsRedisServer};
 
 const PREFIX: &str = "sgtest:";
 /// Generous per-call timeout: tests share two cores with builds.
@@ -1260,7 +1258,7 @@ const SKEW_URL_ENV: &str = "SLIDEGATE_TEST_SKEW_REDIS_URL";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_skew_between_replicas_is_irrelevant() {
-    let Some(faketime) = support::require_program("faketime") else {
+    let Some(faketime) = crate::support::require_program("faketime") else {
         return;
     };
     let Some(server) = RedisServer::start() else {
@@ -1285,7 +1283,7 @@ async fn clock_skew_between_replicas_is_irrelevant() {
         .args([
             "--ignored",
             "--exact",
-            "skew_replica_process",
+            "store::skew_replica_process",
             "--nocapture",
         ])
         .env(SKEW_URL_ENV, server.url())
@@ -2329,7 +2327,7 @@ async fn cluster_take_back_empties_the_counter_before_the_provisional_log() {
         .spawn()
         .expect("redis-cli MONITOR");
     let stdout = monitor.stdout.take().expect("stdout");
-    let _monitor = support::KillOnDrop(monitor);
+    let _monitor = crate::support::KillOnDrop(monitor);
     let (tx, lines) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout)
@@ -2353,7 +2351,7 @@ async fn cluster_take_back_empties_the_counter_before_the_provisional_log() {
         .await
         .expect("decide");
     assert!(!d.allowed);
-    let gone = support::wait_until(Duration::from_secs(5), || {
+    let gone = crate::support::wait_until(Duration::from_secs(5), || {
         node.cli(&["ZCARD", &key]) == "0" && node.cli(&["ZCARD", &log]) == "0"
     });
     assert!(gone, "the compensation ran");

@@ -11,14 +11,16 @@
 //! - Memory: a million client keys through the memory store, then idle.
 //! - Secrets: Redis passwords never appear in logs, endpoints, metrics or error messages.
 
-mod support;
-
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::{
+    RedisServer, Slidegate, call, descriptor, grpc_frame, http_status, promtool_check_metrics,
+    raw_should_rate_limit, rss_kib, wait_until,
+};
 use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -39,10 +41,6 @@ use slidegate::limiter::{LimitError, Options, RateLimiter, RequestLimits};
 use slidegate::metrics::{MAX_RULE_LABELS, OVERFLOW_RULE};
 use slidegate::service::{check, json};
 use slidegate::store::{Counter, CounterKey, ManualClock, MemoryStore, Precision};
-use support::{
-    RedisServer, Slidegate, call, descriptor, grpc_frame, http_status, promtool_check_metrics,
-    raw_should_rate_limit, rss_kib, wait_until,
-};
 use tonic::transport::Channel;
 
 /// Cases per property: enough to find shallow bugs on every CI run, fast in a debug build.
@@ -685,7 +683,7 @@ fn entry(key: &str, value: &str) -> Entry {
 }
 
 fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    support::request("hostile", descriptors)
+    crate::support::request("hostile", descriptors)
 }
 
 /// gRPC abuse: thousands of descriptors, thousands of entries, megabyte values and domains, empty
@@ -2035,7 +2033,7 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
         "an idle HTTP/2 connection to the HTTP port is closed"
     );
     let (_, metrics) = server.get("/metrics");
-    let refused = support::metric_value(
+    let refused = crate::support::metric_value(
         &metrics,
         "slidegate_connections_refused_total{listener=\"grpc\",reason=\"max_connections_per_peer\"}",
     );

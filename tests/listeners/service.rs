@@ -3,22 +3,20 @@
 //! (`/json`, `/check`, `/healthcheck`, `/rlconfig`, `/metrics`), with the memory store and with a
 //! real redis-server.
 
-mod support;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::{
+    RedisServer, Slidegate, bench_command, call, descriptor, free_port, metric_value,
+    promtool_check_metrics, request, run_ok, slidegate_command, wait_until,
+};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::{
-    RedisServer, Slidegate, bench_command, call, descriptor, free_port, metric_value,
-    promtool_check_metrics, request, run_ok, slidegate_command, wait_until,
-};
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -1619,8 +1617,8 @@ fn the_operator_listener_keeps_metrics_and_rules_off_the_data_port() {
     let rules = dir.path().join("rules.yaml");
     std::fs::write(&rules, RULES).expect("rules");
     let server = Slidegate::start(&rules, &[]);
-    let admin = |path: &str| support::http_get(server.admin_port, path);
-    let data = |path: &str| support::http_get(server.http_port, path);
+    let admin = |path: &str| crate::support::http_get(server.admin_port, path);
+    let data = |path: &str| crate::support::http_get(server.http_port, path);
     assert!(
         wait_until(Duration::from_secs(10), || admin("/healthcheck").0 == 200),
         "operator listener: {}",

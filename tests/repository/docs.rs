@@ -20,14 +20,12 @@
 //! under test (the debug build cargo made for this test; same behaviour). Every process a block
 //! starts is killed with its process group when the block ends.
 
-mod support;
-
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Slidegate, free_port, require_program};
+use crate::support::{Slidegate, free_port, require_program};
 
 /// How long one block may run (the load-generator snippet runs for a few seconds).
 const BLOCK_TIMEOUT: Duration = Duration::from_secs(120);

@@ -7,14 +7,12 @@
 //! Waits are polls of up to 10 s that pass as soon as the condition holds; the periodic check
 //! (every 30 s) never has time to mask a missed file event.
 
-mod support;
-
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::{Slidegate, metric_value, send_signal, slidegate_command, wait_until};
+use crate::support::{Slidegate, metric_value, send_signal, slidegate_command, wait_until};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -393,20 +391,20 @@ fn sighup_during_start_up_does_not_kill() {
     }
     std::fs::write(&file, text).expect("write");
     let log_path = root.join("slidegate.log");
-    let http_port = support::free_port();
-    let mut child = support::KillOnDrop(
+    let http_port = crate::support::free_port();
+    let mut child = crate::support::KillOnDrop(
         slidegate_command()
             .arg("serve")
             .arg("--config")
             .arg(&file)
             .args([
                 "--grpc-addr",
-                &format!("127.0.0.1:{}", support::free_port()),
+                &format!("127.0.0.1:{}", crate::support::free_port()),
             ])
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
             .args([
                 "--admin-addr",
-                &format!("127.0.0.1:{}", support::free_port()),
+                &format!("127.0.0.1:{}", crate::support::free_port()),
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -426,7 +424,7 @@ fn sighup_during_start_up_does_not_kill() {
         }
         send_signal(child.pid(), "HUP");
         sent += 1;
-        support::http_get(http_port, "/healthcheck").0 == 200
+        crate::support::http_get(http_port, "/healthcheck").0 == 200
     });
     let exit = child.0.try_wait().ok().flatten();
     assert!(
@@ -494,7 +492,7 @@ fn series_of_renamed_rules_are_dropped() {
     let server = Slidegate::start(&file, &[]);
     let hit = || {
         let response = check(server.http_port, "d", "k=v");
-        assert_eq!(support::http_status(&response), 200, "{response}");
+        assert_eq!(crate::support::http_status(&response), 200, "{response}");
     };
     hit();
     let series = |rule: &str| {
