@@ -2,7 +2,7 @@
 # slidegate container image: docker build -t slidegate .
 #
 # Build stage: the profile-guided build of scripts/build-pgo, which spends a fifth to a third less
-# CPU per call than `cargo build --release` (BENCHMARKS.md, In short). It builds twice
+# CPU per call than `cargo build --release` (docs/benchmarks.md, In short). It builds twice
 # (instrumented, then with the profile) and trains the instrumented server for about 40 s on
 # 127.0.0.1 in between, under the load generator (bench/, which is why the context holds it; the
 # image gets only the server), against a local redis-server so that the Redis store is optimised

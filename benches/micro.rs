@@ -2,7 +2,7 @@
 //! key encoding, the memory store's decision, the deny cache, and one whole limiter call.
 //!
 //! `cargo bench --bench micro` (or `bench/scripts/bench --only micro`); results and their reading are in
-//! BENCHMARKS.md. Groups:
+//! docs/benchmarks.md. Groups:
 //!
 //! - `matching`: one descriptor against 10 and 10 000 rules. The tree is a map per level, so the
 //!   two must cost the same.

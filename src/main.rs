@@ -354,7 +354,7 @@ enum LogFormat {
 
 /// mimalloc instead of the system allocator: gRPC over HTTP/2 allocates and frees many small
 /// buffers per call on every worker thread, and glibc's per-thread arenas spend a measurable part
-/// of each request in `malloc`/`free` and in `mprotect`/`madvise` (see BENCHMARKS.md).
+/// of each request in `malloc`/`free` and in `mprotect`/`madvise` (see docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

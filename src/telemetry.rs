@@ -3,7 +3,7 @@
 //! Off unless `--otlp-endpoint` is given. Off, there is no exporter, no queue, no task, and the
 //! transports do not look at a single header: they ask the limiter for [`Traces`], get `None`,
 //! and call [`RateLimiter::should_rate_limit`](crate::limiter::RateLimiter::should_rate_limit),
-//! whose observer is `()` (BENCHMARKS.md, *Traces off*, measures the difference).
+//! whose observer is `()` (docs/benchmarks.md, *Traces off*, measures the difference).
 //!
 //! On, each `ShouldRateLimit` call, `POST /json` and `/check` request:
 //!

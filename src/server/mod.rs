@@ -8,7 +8,7 @@
 //! after every single response), so each response costs a system call and a cross-thread
 //! wake-up. On a single-threaded runtime the calls that one read brought in all run before the
 //! connection writes, and their responses leave in one `writev`. Measured on two cores: less
-//! than half the CPU per request (see BENCHMARKS.md). The gRPC port goes one step further and
+//! than half the CPU per request (see docs/benchmarks.md). The gRPC port goes one step further and
 //! runs its calls inside the connection's task ([`grpc_port`]).
 //!
 //! One acceptor per listener runs on the main runtime and hands each accepted connection to the

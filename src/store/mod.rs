@@ -84,9 +84,9 @@ impl Precision {
 
     /// Limits up to this many hits per window keep the exact log when `precision` is not given. In
     /// Redis a log of at most 128 hits is a compact listpack of about 27 bytes per hit (3.5 KB when
-    /// full, BENCHMARKS.md); above that each hit costs 100 to 113 bytes and the log grows without
+    /// full, docs/benchmarks.md); above that each hit costs 100 to 113 bytes and the log grows without
     /// bound in N, while a counter of [`Precision::AUTO_BUCKETS`] buckets stays under 1 KB
-    /// (`MEMORY USAGE` of a saturated counter's hash: 520 to 712 bytes, BENCHMARKS.md).
+    /// (`MEMORY USAGE` of a saturated counter's hash: 520 to 712 bytes, docs/benchmarks.md).
     pub const AUTO_EXACT_UP_TO: u64 = 128;
 
     /// Buckets per window chosen automatically: one sixtieth of the window (a minute of an hour),

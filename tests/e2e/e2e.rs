@@ -286,7 +286,7 @@ fn envoy_calls_slidegate_over_mutual_tls_and_refused_envoys_get_no_answers() {
     }
 }
 
-/// Envoy calling slidegate over a Unix domain socket (a `pipe` address, see OPERATIONS'
+/// Envoy calling slidegate over a Unix domain socket (a `pipe` address, see docs/operations.md'
 /// *Unix domain sockets*): the decisions arrive as over TCP, 200, 200, then 429.
 #[test]
 fn envoy_calls_slidegate_over_a_unix_socket() {
@@ -506,7 +506,7 @@ fn nginx_auth_request_answers_429_with_retry_after() {
     );
 }
 
-/// nginx's auth_request to /check over mutual TLS (the lines OPERATIONS' TLS section gives):
+/// nginx's auth_request to /check over mutual TLS (the lines docs/operations.md's TLS section gives):
 /// nginx verifies slidegate's certificate against a private CA and presents its own, which
 /// slidegate requires; the decisions are the same as in plaintext: 200, 200, then 429.
 #[test]

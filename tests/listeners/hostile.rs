@@ -281,7 +281,7 @@ fn yaml_loader_survives_structured_nonsense() {
 /// descriptor levels, one huge line. Each is answered (an error or rules) within 30 s even on a loaded machine, without
 /// a stack overflow or memory blow-up. (The YAML parser takes time quadratic in the nesting depth
 /// of flow collections: 10 000 brackets take about 0.7 s in a debug build, 100 000 about 50 s;
-/// see OPERATIONS.md. A reload runs off the serving path and keeps the old rules meanwhile.)
+/// see docs/operations.md. A reload runs off the serving path and keeps the old rules meanwhile.)
 #[test]
 fn yaml_loader_survives_bombs_and_depth() {
     // Nine levels of nine aliases of the level below: 9^9 descriptors if expanded.
@@ -2256,13 +2256,13 @@ async fn a_drain_answers_open_calls_and_is_not_held_by_idle_connections() {
 }
 
 /// Not a test: the attacks above, for as long as asked, against a server already running, for
-/// BENCHMARKS.md (a normal client's latency during each attack). `ATTACK` is one of
+/// docs/benchmarks.md (a normal client's latency during each attack). `ATTACK` is one of
 /// `half-sent`, `window-0`, `silent`, `ping`, `settings`, `reset`; `ATTACK_GRPC_PORT`,
 /// `ATTACK_HTTP_PORT` and `ATTACK_SECONDS` say where and how long:
 ///
 /// ```text
 /// ATTACK=ping ATTACK_GRPC_PORT=50051 ATTACK_HTTP_PORT=8080 ATTACK_SECONDS=12 \
-///     cargo test --test hostile -- --ignored --exact attack
+///     cargo test --test listeners -- --ignored --exact hostile::attack
 /// ```
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "an attack on a running server, for benchmarks"]

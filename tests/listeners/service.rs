@@ -1391,7 +1391,7 @@ fn bench_exit_codes_tell_bad_arguments_from_no_server() {
 
 /// `slidegate-bench --target redis://` is the baseline of a Redis-store run: slidegate's own store
 /// called from the generator, no server in between. It must write the very counters a server with
-/// `scripts/bench`'s rule (100 per second) writes for the same requests, make at most one script
+/// `bench/scripts/bench`'s rule (100 per second) writes for the same requests, make at most one script
 /// call per request, and count allowed and denied calls from the store's decisions.
 #[test]
 fn bench_calls_redis_directly_with_the_servers_counters() {

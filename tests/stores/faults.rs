@@ -461,7 +461,7 @@ async fn redis_frozen_calls_time_out_and_memory_stays_flat() {
     eprintln!("back {:?} after SIGCONT", back.elapsed());
     assert!(wait_until(Duration::from_secs(5), || healthy(&server)));
     // Calls that timed out were still in Redis's socket buffer: once thawed, Redis ran them, past
-    // their deadline, so they recorded nothing (OPERATIONS.md, "A call that timed out").
+    // their deadline, so they recorded nothing (docs/operations.md, "A call that timed out").
     let hits_after: u64 = zcard().parse().expect("ZCARD");
     let recorded = hits_after.saturating_sub(hits_before + 1);
     let expired = metric_value(&metrics(&server), "slidegate_redis_deadline_expired_total");

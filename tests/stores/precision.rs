@@ -1,10 +1,10 @@
-//! BENCHMARKS.md, "Precision in practice": how many hits buckets admit per window against the
+//! docs/benchmarks.md, "Precision in practice": how many hits buckets admit per window against the
 //! exact log and a fixed window, for a steady over-limit client and for bursty clients.
 //!
 //! A deterministic simulation, not a timed test: the real memory store on a manual clock, every
 //! arrival time computed up front, nothing slept. The fixed window is not a slidegate store; it is
 //! a few lines of reference arithmetic below ([`fixed_window`]) to show the 2N at its edges. Run:
-//! `cargo test --test precision -- --ignored --nocapture`.
+//! `cargo test --test stores -- --ignored precision:: --nocapture`.
 //!
 //! The table is only worth printing if the stores keep their guarantees, so the run asserts them:
 //! no interval of length W holds more than N hits admitted by the log or by buckets, and under the
@@ -169,7 +169,7 @@ fn fewest_after_any(admitted: &[Request], len: u64) -> u64 {
 }
 
 #[test]
-#[ignore = "a benchmark: prints BENCHMARKS.md's precision in practice"]
+#[ignore = "a benchmark: prints docs/benchmarks.md's precision in practice"]
 fn precision_in_practice() {
     let widths = [("W/10", W / 10), ("W/60", W / 60), ("W/600", W / 600)];
     println!("W = 60 s, N = {N}, {} windows simulated", SPAN / W);

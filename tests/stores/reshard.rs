@@ -3,7 +3,7 @@
 //! one master to another and back, so the store's calls meet every answer a slot migration
 //! gives: `MOVED` (the slot has moved), `ASK` (its keys have, the slot not yet) and `TRYAGAIN`
 //! (the script's keys are split between the two nodes, or missing on the importing one, for as
-//! long as the slot is migrating: see OPERATIONS.md, "Redis Cluster").
+//! long as the slot is migrating: see docs/operations.md, "Redis Cluster").
 //!
 //! Exactness is checked with a known arrival pattern: bursts of more concurrent calls than the
 //! limit, each on a fresh counter of a moving slot, whose window outlasts the test.

@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use futures::future::join_all;
 
 /// How soon after the sentinels name the new primary slidegate enforces limits again (stated
-/// in OPERATIONS.md, "Redis Sentinel"): a lookup every 100 ms while the primary is missing, plus
+/// in docs/operations.md, "Redis Sentinel"): a lookup every 100 ms while the primary is missing, plus
 /// one lookup and a connection.
 const RECOVERY_BOUND: Duration = Duration::from_secs(1);
 

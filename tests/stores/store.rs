@@ -1819,17 +1819,17 @@ async fn redis_bucket_counter_keeps_its_total_and_oldest() {
     }
 }
 
-/// BENCHMARKS.md, "Bytes per counter": one counter of N per hour and per day at saturation, as an
+/// docs/benchmarks.md, "Bytes per counter": one counter of N per hour and per day at saturation, as an
 /// exact log and as automatic buckets (a sixtieth of the window), in Redis (`MEMORY USAGE`) and in
 /// the memory store (its own accounting). A benchmark, not a test of behaviour: run it with
-/// `cargo test --test store -- --ignored bytes_per_counter_at_saturation --nocapture`.
+/// `cargo test --test stores -- --ignored bytes_per_counter_at_saturation --nocapture`.
 ///
 /// The log is filled through the store (the script's own members). A bucket hash at saturation
 /// cannot be reached in real time (a day of traffic), so it is written as the script leaves it:
 /// the B + 1 buckets that overlap the window, indexed `floor(now / g)`, each with its share of N,
 /// and the total `t` and oldest index `o`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a benchmark: prints BENCHMARKS.md's bytes per counter"]
+#[ignore = "a benchmark: prints docs/benchmarks.md's bytes per counter"]
 async fn bytes_per_counter_at_saturation() {
     let Some(server) = RedisServer::start() else {
         return;

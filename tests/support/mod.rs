@@ -445,7 +445,7 @@ impl TlsRedisCluster {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Added for tests/faults.rs and tests/hostile.rs: the slidegate binary as a process, a cluster
+// Added for tests/stores/faults.rs and tests/listeners/hostile.rs: the slidegate binary as a process, a cluster
 // with replicas, process RSS and a dependency-free HTTP GET for polling.
 
 /// The operator listener's address when a test chose it (`--admin-addr`, `SLIDEGATE_ADMIN_ADDR`,

@@ -29,7 +29,7 @@ pub(super) const MAX_LATE_WAITERS: usize = 512;
 ///
 /// Requests that a worker starts in one go (the calls that one read of a connection brought, or
 /// of several) are decided in one script call: about half of what Redis spends on a one-counter
-/// request is the call itself (BENCHMARKS.md), and the call is shared. The first request into an
+/// request is the call itself (docs/benchmarks.md), and the call is shared. The first request into an
 /// empty queue spawns the task that sends it; that task runs once the worker has started every
 /// call at hand, so it takes them all, and no request ever waits for a timer. In a cluster a call
 /// holds the requests (or cross-slot parts of requests) of one slot.

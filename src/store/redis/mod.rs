@@ -25,7 +25,7 @@
 //! overlapping bucket counts whole), reads the oldest bucket only when it needs its hits (a deny,
 //! the reset time), and only if the request is admitted `HINCRBY`s the current bucket and `t`; the
 //! hash expires when its newest bucket leaves the window. So a decision costs about what the log's
-//! does (BENCHMARKS.md, "Buckets against the log"), however many buckets the window has. It holds at most one field per bucket of the window, whatever the traffic:
+//! does (docs/benchmarks.md, "Buckets against the log"), however many buckets the window has. It holds at most one field per bucket of the window, whatever the traffic:
 //! a 10,000,000-per-day counter taking 200,000 hits grows `used_memory` by under 64 KB
 //! (`redis_bucket_counter_memory_is_bounded`), where the log would take about 20 MB. In a cluster,
 //! a cross-slot part's hits on a bucket counter also go to its provisional hash (bucket index →

@@ -16,7 +16,7 @@
 //! a sentinel that is not flagged down and that answers `ROLE` as a primary itself; redis-rs
 //! makes that `ROLE` check. While no sentinel names a usable primary yet (the old one is down
 //! and not replaced), it tries again every [`RETRY`], so calls succeed again at most about
-//! `RETRY` plus one lookup after the sentinels switch (OPERATIONS.md, "Redis Sentinel", has the
+//! `RETRY` plus one lookup after the sentinels switch (docs/operations.md, "Redis Sentinel", has the
 //! measured figure). Notifications (`+switch-master`) were not used: they would need one more
 //! connection per sentinel and still need this path for a primary demoted behind our back.
 //!
