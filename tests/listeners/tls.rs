@@ -557,7 +557,7 @@ async fn stalled_handshakes_and_ping_floods_inside_tls_are_closed() {
 #[test]
 fn bench_loads_a_tls_listener() {
     let rules = rules();
-    let ca = crate::support::TestCa::new();
+    let ca = crate::support::CertFiles::new();
     let server = Slidegate::start(
         rules.path(),
         &[

@@ -90,7 +90,7 @@ impl ControlPlane {
 
     /// A control plane that requires TLS with a client certificate signed by `ca`'s CA, as Envoy
     /// Gateway's does.
-    async fn start_mtls(ca: &crate::support::TestCa) -> ControlPlane {
+    async fn start_mtls(ca: &crate::support::CertFiles) -> ControlPlane {
         use tonic::transport::{Certificate, Identity, ServerTlsConfig};
         let read = |path: &std::path::Path| std::fs::read(path).expect("read test certificate");
         let tls = ServerTlsConfig::new()
@@ -209,7 +209,7 @@ fn slidegate(control_plane: &ControlPlane, extra: &[&str]) -> Slidegate {
 }
 
 /// The CA, client certificate and key files of `ca`, as arguments.
-fn tls_files(ca: &crate::support::TestCa) -> [String; 3] {
+fn tls_files(ca: &crate::support::CertFiles) -> [String; 3] {
     [&ca.ca_file, &ca.cert_file, &ca.key_file].map(|p| p.to_string_lossy().into_owned())
 }
 
@@ -458,7 +458,7 @@ async fn forced_start_is_ready_without_rules_and_allows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_arrive_over_mutual_tls() {
-    let ca = crate::support::TestCa::new();
+    let ca = crate::support::CertFiles::new();
     let mut control_plane = ControlPlane::start_mtls(&ca).await;
     // As Envoy Gateway configures it: `host:port`, TLS because TLS files are given.
     let address = format!("127.0.0.1:{}", control_plane.port);
@@ -491,7 +491,7 @@ async fn rules_arrive_over_mutual_tls() {
 /// control plane, with no flag of slidegate's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateway_environment_brings_rules_over_xds() {
-    let ca = crate::support::TestCa::new();
+    let ca = crate::support::CertFiles::new();
     let mut control_plane = ControlPlane::start_mtls(&ca).await;
     let address = format!("127.0.0.1:{}", control_plane.port);
     let [ca_file, cert_file, key_file] = tls_files(&ca);

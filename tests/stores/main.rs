@@ -3,6 +3,9 @@
 
 #[path = "../support/restartable_redis.rs"]
 mod restartable_redis;
+// Every binary compiles all of the shared support and uses part of it (the repository checks
+// start no Redis, the store tests no slidegate process).
+#[allow(dead_code, unused_imports)]
 #[path = "../support/mod.rs"]
 mod support;
 

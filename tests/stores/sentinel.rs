@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::sentinel::{MASTER, SentinelServer, SentinelSet};
 use crate::support::{
-    KillOnDrop, RedisServer, Slidegate, TestCa, bench_command, descriptor, free_port, metric_value,
-    request, slidegate_command, wait_until,
+    CertFiles, KillOnDrop, RedisServer, Slidegate, bench_command, descriptor, free_port,
+    metric_value, request, slidegate_command, wait_until,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use futures::future::join_all;
@@ -318,7 +318,7 @@ async fn envoy_ratelimit_sentinel_variables_work() {
 /// trusted through `--redis-tls-ca-file`; without that CA, `serve` stops naming the sentinel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_and_primary_over_tls() {
-    let ca = TestCa::new();
+    let ca = CertFiles::new();
     let tls_args = ca.server_args();
     let primary_port = free_port();
     let port_arg = primary_port.to_string();

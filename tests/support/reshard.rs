@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::cluster_routing::Slot;
 use slidegate::store::CounterKey;
 
-use super::{RedisCluster, RedisServer, run_ok, wait_until};
+use crate::support::{RedisCluster, RedisServer, run_ok, wait_until};
 
 /// One master as `CLUSTER NODES` describes it: its port, node id and slot ranges.
 #[derive(Clone, Debug)]

@@ -1,5 +1,5 @@
 //! A redis-server that a test can kill and start again on the same port and data directory, with
-//! or without persistence: for restarts (AOF) and memory pressure. Kept apart from `mod.rs`'s
+//! or without persistence: for restarts (AOF) and memory pressure. Kept apart from the shared support's
 //! throwaway [`RedisServer`](crate::support::RedisServer), which always starts empty and never persists.
 
 use std::process::Stdio;

@@ -4,7 +4,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{KillOnDrop, RedisServer, free_port, require_program, spawn_listening, wait_until};
+use crate::support::{
+    KillOnDrop, RedisServer, free_port, require_program, spawn_listening, wait_until,
+};
 
 /// The master name the test sentinels monitor.
 pub const MASTER: &str = "mymaster";
@@ -12,7 +14,10 @@ pub const MASTER: &str = "mymaster";
 /// One sentinel process and the directory holding its config file.
 pub struct SentinelServer {
     pub port: u16,
+    // Held until drop, which kills the sentinel and removes its config file.
+    #[allow(dead_code)]
     pub process: KillOnDrop,
+    #[allow(dead_code)]
     pub dir: tempfile::TempDir,
 }
 
@@ -47,7 +52,7 @@ impl SentinelServer {
 
     /// Runs `redis-cli` against this sentinel and returns its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
-        super::redis_cli(self.port, args)
+        crate::support::redis_cli(self.port, args)
     }
 
     /// The port of the primary this sentinel names now.
@@ -115,19 +120,6 @@ impl SentinelSet {
         let killed = Instant::now();
         let _ = primary.process.0.wait();
         killed
-    }
-
-    /// Waits (up to `within`) until the first sentinel names the replica as primary, and returns
-    /// when it saw that.
-    pub fn wait_for_promotion(&self, within: Duration) -> Option<Instant> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if self.sentinels[0].primary_port() == Some(self.replica.port) {
-                return Some(Instant::now());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
     }
 }
 
