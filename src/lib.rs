@@ -10,6 +10,7 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - [`mod@bench`]: a gRPC load generator for any RateLimitService v3 server.
 //! - [`telemetry`]: OpenTelemetry traces, one span per decision, exported over OTLP.
+//! - [`settings`]: everything `serve` is told, typed: the flags, their defaults, what they build.
 //! - [`compat`]: envoyproxy/ratelimit's environment variables, mapped onto slidegate's settings.
 
 pub mod bench;
@@ -18,6 +19,7 @@ pub mod config;
 pub mod limiter;
 pub mod metrics;
 pub mod server;
+pub mod settings;
 pub mod service;
 pub mod store;
 pub mod telemetry;
