@@ -19,8 +19,8 @@ pub mod config;
 pub mod limiter;
 pub mod metrics;
 pub mod server;
-pub mod settings;
 pub mod service;
+pub mod settings;
 pub mod store;
 pub mod telemetry;
 

@@ -9,24 +9,20 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use arc_swap::ArcSwap;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use tokio::runtime::Runtime;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 use tonic::service::Routes;
 
 use slidegate::compat::Translation;
-use slidegate::config::RuleSet;
 use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
 use slidegate::config::source::xds::XdsSource;
 use slidegate::limiter::{RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
-use slidegate::server::grpc::GrpcApp;
-use slidegate::server::tls::Tls;
-use slidegate::server::tls::rotate::Rotation;
-use slidegate::server::{Apps, Workers};
+use slidegate::server::{Apps, Workers, grpc::GrpcApp, tls::Tls, tls::rotate::Rotation};
 use slidegate::service::grpc::{FILE_DESCRIPTOR_SET, GrpcService};
-use slidegate::service::health::Health;
-use slidegate::service::http::{AppState, admin_router, data_router};
-use slidegate::settings::{Settings, log_loaded, unreachable_rules};
-use slidegate::store::{MemoryStore, Store, SystemClock, connect};
+use slidegate::service::{health::Health, http::AppState, http::admin_router, http::data_router};
+use slidegate::settings::{Settings, unreachable_rules};
 use slidegate::telemetry::Traces;
 
 /// Sliding-window rate-limit service for Envoy (RateLimitService v3) and nginx.
@@ -127,36 +123,13 @@ fn check_config(path: &Path, max_entries: usize) -> ExitCode {
 }
 
 fn serve_main(settings: Settings, compat: Option<Translation>) -> ExitCode {
-    // The main thread runs start-up, the acceptors, reloads, health checks and the Redis
-    // connection; the calls themselves run on the workers (`slidegate::server`).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
+    let (runtime, hangup) = match start(&settings) {
+        Ok(started) => started,
         Err(error) => {
-            eprintln!("slidegate: cannot start the async runtime: {error}");
+            eprintln!("slidegate: {error:#}");
             return ExitCode::FAILURE;
         }
     };
-    // Before anything else: until a handler is installed, SIGHUP's default action kills the
-    // process, and deploy tools send it whenever they change the rules, start-up included. One
-    // that arrives while the rules load causes a reload once they are loaded.
-    let hangup = {
-        let _entered = runtime.enter();
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-    };
-    let hangup = match hangup {
-        Ok(hangup) => hangup,
-        Err(error) => {
-            eprintln!("slidegate: cannot listen for SIGHUP: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if let Err(error) = settings.logging.init() {
-        eprintln!("slidegate: {error}");
-        return ExitCode::FAILURE;
-    }
     if let Some(translation) = compat {
         translation.log();
     }
@@ -169,7 +142,26 @@ fn serve_main(settings: Settings, compat: Option<Translation>) -> ExitCode {
     }
 }
 
-async fn serve(settings: Settings, hangup: tokio::signal::unix::Signal) -> anyhow::Result<()> {
+/// The main thread's runtime, SIGHUP's handler and the log. The main thread runs start-up, the
+/// acceptors, reloads, health checks and the Redis connection; the calls themselves run on the
+/// workers (`slidegate::server`).
+fn start(settings: &Settings) -> anyhow::Result<(Runtime, Signal)> {
+    let runtime = (tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build())
+    .context("cannot start the async runtime")?;
+    // Before anything else: until a handler is installed, SIGHUP's default action kills the
+    // process, and deploy tools send it whenever they change the rules, start-up included. One
+    // that arrives while the rules load causes a reload once they are loaded.
+    let hangup = {
+        let _entered = runtime.enter();
+        signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?
+    };
+    settings.logging.init()?;
+    Ok((runtime, hangup))
+}
+
+async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     // redis-rs uses rustls without choosing a crypto provider; `rediss://` needs one installed.
     // An error means one is installed already, which is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -179,16 +171,7 @@ async fn serve(settings: Settings, hangup: tokio::signal::unix::Signal) -> anyho
     let metrics = Arc::new(Metrics::new());
     let xds = settings.rules.xds(&settings.given)?;
     let config = settings.rules.config_path();
-    let rules = match &xds {
-        Some(_) => RuleSet::empty(),
-        None => {
-            let rules = slidegate::config::load_path(&config).map_err(|errors| {
-                anyhow::anyhow!("cannot load rules from {}:\n{errors}", config.display())
-            })?;
-            log_loaded(&rules, &config, requests.max_entries);
-            rules
-        }
-    };
+    let rules = (settings.rules).initial_rules(xds.is_some(), requests.max_entries)?;
     metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
     let reload_metrics = Arc::clone(&metrics);
@@ -218,7 +201,17 @@ async fn serve(settings: Settings, hangup: tokio::signal::unix::Signal) -> anyho
     };
     metrics.set_config_status(&config_status.load());
 
-    let store = open_store(&settings, &metrics).await?;
+    // One connection per worker thread, plus one for the main thread's health checks; a script
+    // call batching several requests adds no more than one request may.
+    let connections = usize::from(server.workers) + 1;
+    let store = (settings.store)
+        .open(connections, requests.max_hits, |opts| {
+            opts.metrics = metrics.redis();
+            if let Some(sentinel) = &mut opts.sentinel {
+                sentinel.failovers = metrics.store_failovers();
+            }
+        })
+        .await?;
     let limiter = RateLimiter::new(live, store, requests.options(), Arc::clone(&metrics));
     let limiter = Arc::new(match settings.telemetry.traces() {
         None => limiter,
@@ -325,36 +318,8 @@ enum RuleSource {
     Xds(XdsSource),
 }
 
-/// The memory store, or Redis when a URL, cluster nodes or sentinels are given.
-async fn open_store(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Arc<dyn Store>> {
-    // One connection per worker thread, plus one for the main thread's health checks; a script
-    // call batching several requests adds no more than one request may.
-    let connections = usize::from(settings.server.workers) + 1;
-    let Some(mut opts) = (settings.store).redis_options(connections, settings.requests.max_hits)
-    else {
-        let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
-        store.spawn_sweeper(Duration::from_secs(30));
-        return Ok(store);
-    };
-    opts.metrics = metrics.redis();
-    if let Some(sentinel) = &mut opts.sentinel {
-        sentinel.failovers = metrics.store_failovers();
-    }
-    let store = connect(&opts).await.with_context(|| match &opts.sentinel {
-        // The error names the sentinels and the master; the rest of the options add nothing.
-        Some(_) => "cannot find the Redis primary through Redis Sentinel".to_string(),
-        None => format!("invalid Redis settings {opts:?}"),
-    })?;
-    if let Err(error) = store.ping().await {
-        // Not fatal: the store reconnects, and health reports NOT_SERVING until it answers.
-        tracing::warn!(%error, store = store.kind(), "Redis does not answer yet");
-    }
-    Ok(store)
-}
-
 /// Waits for SIGTERM or SIGINT and names it.
 async fn shutdown_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     Ok(tokio::select! {

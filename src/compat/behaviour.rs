@@ -1,7 +1,7 @@
 //! The log, what a decision does, metrics and traces.
 
-use super::{CompatError, Env, Translation, Unhonoured, invalid, set};
 use super::value::Value;
+use super::{CompatError, Env, Translation, Unhonoured, invalid, set};
 use crate::settings::LogFormat;
 use crate::telemetry::Protocol;
 
@@ -169,7 +169,9 @@ fn tracing<F: Fn(&str) -> Option<String>>(
     ) {
         (Some(url), _) => (url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
         (None, Some(url)) => (url, "OTEL_EXPORTER_OTLP_ENDPOINT"),
-        (None, None) if protocol == Protocol::Grpc => ("localhost:4317".to_owned(), "TRACING_ENABLED"),
+        (None, None) if protocol == Protocol::Grpc => {
+            ("localhost:4317".to_owned(), "TRACING_ENABLED")
+        }
         (None, None) => ("localhost:4318".to_owned(), "TRACING_ENABLED"),
     };
     // Go's exporters take `host:port` too; slidegate's flag takes a URL.
@@ -178,8 +180,16 @@ fn tracing<F: Fn(&str) -> Option<String>>(
         false => format!("http://{endpoint}"),
     };
     set(out, Value::OtlpEndpoint(endpoint), from);
-    set(out, Value::OtlpProtocol(protocol), "TRACING_EXPORTER_PROTOCOL");
-    set(out, Value::TraceSamplingRatio(ratio), "TRACING_SAMPLING_RATE");
+    set(
+        out,
+        Value::OtlpProtocol(protocol),
+        "TRACING_EXPORTER_PROTOCOL",
+    );
+    set(
+        out,
+        Value::TraceSamplingRatio(ratio),
+        "TRACING_SAMPLING_RATE",
+    );
     set(out, Value::OtlpServiceName(name), "TRACING_SERVICE_NAME");
     if let Some(namespace) = namespace {
         set(

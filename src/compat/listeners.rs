@@ -5,8 +5,8 @@ use std::net::ToSocketAddrs;
 use crate::server::socket::Address;
 use crate::server::tls::Listener;
 
-use super::{CompatError, Env, Translation, invalid, set, unsupported};
 use super::value::Value;
+use super::{CompatError, Env, Translation, invalid, set, unsupported};
 
 /// `HOST`/`PORT` → `--http-addr`, `GRPC_HOST`/`GRPC_PORT` → `--grpc-addr`, `DEBUG_HOST`/`DEBUG_PORT`
 /// → `--admin-addr`.
@@ -74,7 +74,11 @@ fn grpc_tls<F: Fn(&str) -> Option<String>>(
     let grpc = vec![Listener::Grpc];
     set(out, Value::TlsListeners(grpc), "GRPC_SERVER_USE_TLS");
     if let Some(ca) = env.take("GRPC_CLIENT_TLS_CACERT") {
-        set(out, Value::TlsClientCaFile(ca.into()), "GRPC_CLIENT_TLS_CACERT");
+        set(
+            out,
+            Value::TlsClientCaFile(ca.into()),
+            "GRPC_CLIENT_TLS_CACERT",
+        );
         if let Some(san) = env.take("GRPC_CLIENT_TLS_SAN") {
             let sans = san.split(',').map(String::from).collect();
             set(out, Value::TlsClientSan(sans), "GRPC_CLIENT_TLS_SAN");

@@ -1,7 +1,7 @@
 //! The store: `REDIS_*` and `CACHE_KEY_PREFIX`.
 
-use super::{CompatError, Env, Translation, invalid, set, unsupported};
 use super::value::Value;
+use super::{CompatError, Env, Translation, invalid, set, unsupported};
 
 /// `REDIS_*` and `CACHE_KEY_PREFIX` → `--redis-url`, `--redis-cluster` or `--redis-sentinel`,
 /// and the rest of the store's settings. Without `REDIS_URL` the counters stay in memory.
@@ -113,8 +113,16 @@ pub(super) fn redis<F: Fn(&str) -> Option<String>>(
         env.take("REDIS_TLS_CLIENT_KEY"),
     ) {
         (Some(cert), Some(key)) => {
-            set(out, Value::RedisTlsCertFile(cert.into()), "REDIS_TLS_CLIENT_CERT");
-            set(out, Value::RedisTlsKeyFile(key.into()), "REDIS_TLS_CLIENT_KEY");
+            set(
+                out,
+                Value::RedisTlsCertFile(cert.into()),
+                "REDIS_TLS_CLIENT_CERT",
+            );
+            set(
+                out,
+                Value::RedisTlsKeyFile(key.into()),
+                "REDIS_TLS_CLIENT_KEY",
+            );
         }
         (None, None) => {}
         (Some(_), None) => {
@@ -172,7 +180,11 @@ fn sentinel_settings<F: Fn(&str) -> Option<String>>(
         ));
     }
     set(out, Value::RedisSentinel(sentinels), "REDIS_URL");
-    set(out, Value::RedisSentinelMaster(master.to_owned()), "REDIS_URL");
+    set(
+        out,
+        Value::RedisSentinelMaster(master.to_owned()),
+        "REDIS_URL",
+    );
     if tls || auth.is_some() {
         let scheme = if tls { "rediss" } else { "redis" };
         let userinfo = auth.map(userinfo).unwrap_or_default();

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use crate::config::source::xds::parse_metadata_pair;
 
-use super::{CompatError, Env, Translation, Unhonoured, invalid, set, unsupported};
 use super::value::Value;
+use super::{CompatError, Env, Translation, Unhonoured, invalid, set, unsupported};
 
 /// Settings that would leave its peers unable to talk to slidegate, or deciding differently.
 pub(super) fn refuse_what_cannot_be_served<F: Fn(&str) -> Option<String>>(
@@ -75,7 +75,9 @@ pub(super) fn xds<F: Fn(&str) -> Option<String>>(
     let variable = "CONFIG_GRPC_XDS_NODE_METADATA";
     if let Some(metadata) = env.take(variable) {
         let pairs = (metadata.split(','))
-            .map(|pair| parse_metadata_pair(pair).map_err(|problem| CompatError { variable, problem }))
+            .map(|pair| {
+                parse_metadata_pair(pair).map_err(|problem| CompatError { variable, problem })
+            })
             .collect::<Result<_, _>>()?;
         set(out, Value::XdsNodeMetadata(pairs), variable);
     }
@@ -86,9 +88,15 @@ pub(super) fn xds<F: Fn(&str) -> Option<String>>(
         set(out, Value::XdsConnectRetryInterval(interval), variable);
     }
     let files: [(_, fn(String) -> Value); 4] = [
-        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", |v| Value::XdsTlsCaFile(v.into())),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", |v| Value::XdsTlsCertFile(v.into())),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", |v| Value::XdsTlsKeyFile(v.into())),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", |v| {
+            Value::XdsTlsCaFile(v.into())
+        }),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", |v| {
+            Value::XdsTlsCertFile(v.into())
+        }),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", |v| {
+            Value::XdsTlsKeyFile(v.into())
+        }),
         ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", Value::XdsTlsServerName),
     ];
     for (variable, value) in files {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::settings::Settings;
 
 fn run(vars: &[(&str, &str)]) -> Result<Option<Translation>, CompatError> {
     let vars: Vec<(String, String)> = vars
@@ -8,12 +9,68 @@ fn run(vars: &[(&str, &str)]) -> Result<Option<Translation>, CompatError> {
     translate(move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
 }
 
+/// The value of setting `id`, written as its flag takes it.
 fn value(translation: &Translation, id: &str) -> Option<String> {
-    translation
-        .settings
-        .iter()
-        .find(|s| s.id == id)
-        .map(|s| s.value.clone())
+    let setting = translation.settings.iter().find(|s| s.id() == id)?;
+    let path = |path: &std::path::PathBuf| path.display().to_string();
+    let duration = |d: &std::time::Duration| humantime::format_duration(*d).to_string();
+    Some(match &setting.value {
+        Value::Config(p)
+        | Value::XdsTlsCaFile(p)
+        | Value::XdsTlsCertFile(p)
+        | Value::XdsTlsKeyFile(p)
+        | Value::TlsCertFile(p)
+        | Value::TlsKeyFile(p)
+        | Value::TlsClientCaFile(p)
+        | Value::RedisTlsCaFile(p)
+        | Value::RedisTlsCertFile(p)
+        | Value::RedisTlsKeyFile(p) => path(p),
+        Value::XdsServer(s)
+        | Value::XdsNodeId(s)
+        | Value::XdsTlsServerName(s)
+        | Value::RedisUrl(s)
+        | Value::RedisSentinelMaster(s)
+        | Value::RedisSentinelPassword(s)
+        | Value::RedisPrefix(s)
+        | Value::LogLevel(s)
+        | Value::OtlpEndpoint(s)
+        | Value::OtlpServiceName(s)
+        | Value::OtlpServiceNamespace(s)
+        | Value::OtlpServiceInstanceId(s) => s.clone(),
+        Value::TlsClientSan(list) | Value::RedisCluster(list) | Value::RedisSentinel(list) => {
+            list.join(",")
+        }
+        Value::XdsNodeMetadata(pairs) => {
+            let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            pairs.join(",")
+        }
+        Value::XdsConnectRetryInterval(d) | Value::RedisTimeout(d) => duration(d),
+        Value::ForceStartWithoutInitialConfig(b)
+        | Value::ShadowMode(b)
+        | Value::ResponseHeaders(b) => b.to_string(),
+        Value::GrpcAddr(a) | Value::HttpAddr(a) | Value::AdminAddr(a) => a.to_string(),
+        Value::TlsListeners(listeners) => {
+            let names: Vec<&str> = listeners.iter().map(|l| l.as_str()).collect();
+            names.join(",")
+        }
+        Value::LogFormat(format) => format!("{format:?}").to_lowercase(),
+        Value::OtlpProtocol(protocol) => format!("{protocol:?}").to_lowercase(),
+        Value::TraceSamplingRatio(ratio) => ratio.to_string(),
+    })
+}
+
+/// The `serve` settings of `args` (after `slidegate`), with `env` as their `SLIDEGATE_*`
+/// variables, then filled from envoyproxy/ratelimit's `compat` variables.
+fn settings(args: &[&str], compat: &[(&str, &str)]) -> Result<Settings, clap::Error> {
+    use clap::Args as _;
+    let command = Settings::augment_args(clap::Command::new("serve"));
+    let matches =
+        command.try_get_matches_from(std::iter::once("serve").chain(args.iter().copied()))?;
+    let mut settings = Settings::from_matches(&matches)?;
+    if let Some(translation) = run(compat).expect("valid environment") {
+        translation.apply(&mut settings)?;
+    }
+    Ok(settings)
 }
 
 fn error_variable(vars: &[(&str, &str)]) -> &'static str {
@@ -377,4 +434,109 @@ fn unhonoured_variables_are_named() {
         ]
     );
     assert!(t.unhonoured[0].why.contains("REDIS_URL is not set"));
+}
+
+/// Every setting the environment can give is a `serve` flag with that id, which is what decides
+/// whether the user gave it; the table in `value.rs` makes each one set that field.
+#[test]
+fn every_setting_the_environment_gives_is_a_serve_flag() {
+    use clap::Args as _;
+    let command = Settings::augment_args(clap::Command::new("serve"));
+    for id in SETTING_IDS {
+        assert!(
+            command.get_arguments().any(|arg| arg.get_id() == *id),
+            "no serve flag {id}"
+        );
+    }
+    // The TLS listener settings among them (a hand-kept list once left them out).
+    let t = run(&[
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+        ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+        ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+        ("GRPC_CLIENT_TLS_SAN", "spiffe://a,b.example"),
+    ])
+    .unwrap()
+    .unwrap();
+    let ids: Vec<&str> = t.settings.iter().map(Setting::id).collect();
+    for id in [
+        "tls_cert_file",
+        "tls_key_file",
+        "tls_listeners",
+        "tls_client_ca_file",
+        "tls_client_san",
+    ] {
+        assert!(
+            ids.contains(&id) && SETTING_IDS.contains(&id),
+            "{id}: {ids:?}"
+        );
+    }
+    assert_eq!(
+        value(&t, "tls_client_san").as_deref(),
+        Some("spiffe://a,b.example")
+    );
+    assert_eq!(value(&t, "tls_listeners").as_deref(), Some("grpc"));
+}
+
+/// A flag on the command line wins over the environment, and so does a default the user spelled
+/// out; a setting left at its default takes the environment's value.
+#[test]
+fn the_environment_fills_only_what_the_user_left_at_its_default() {
+    let compat = [
+        ("REDIS_URL", "a:1"),
+        ("REDIS_TIMEOUT", "20ms"),
+        ("SHADOW_MODE", "true"),
+        ("GRPC_PORT", "9000"),
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/env/cert.pem"),
+        ("GRPC_SERVER_TLS_KEY", "/env/key.pem"),
+    ];
+    let s = settings(&[], &compat).unwrap();
+    assert_eq!(s.store.redis_url.as_deref(), Some("redis://a:1"));
+    assert_eq!(s.store.redis_timeout, std::time::Duration::from_millis(20));
+    assert!(s.requests.shadow_mode);
+    assert_eq!(s.listen.grpc_addr.to_string(), "0.0.0.0:9000");
+    assert_eq!(
+        s.listen.tls_listeners,
+        vec![crate::server::tls::Listener::Grpc]
+    );
+    // envoyproxy/ratelimit's default where slidegate's differs.
+    assert!(!s.requests.response_headers);
+
+    let s = settings(
+        &[
+            "--redis-url=redis://b:2",
+            "--redis-timeout=50ms",
+            "--shadow-mode=false",
+            "--grpc-addr=127.0.0.1:1",
+            "--tls-listeners=grpc,http,admin",
+            "--response-headers",
+        ],
+        &compat,
+    )
+    .unwrap();
+    assert_eq!(s.store.redis_url.as_deref(), Some("redis://b:2"));
+    assert_eq!(s.store.redis_timeout, std::time::Duration::from_millis(50));
+    assert!(!s.requests.shadow_mode);
+    assert_eq!(s.listen.grpc_addr.to_string(), "127.0.0.1:1");
+    assert_eq!(s.listen.tls_listeners.len(), 3);
+    assert!(s.requests.response_headers);
+    // What the user did not give still comes from the environment.
+    assert_eq!(
+        s.listen.tls_cert_file.as_deref(),
+        Some(std::path::Path::new("/env/cert.pem"))
+    );
+}
+
+/// `--redis-sentinel` and `--redis-cluster` exclude each other wherever each came from.
+#[test]
+fn sentinel_and_cluster_from_either_side_conflict() {
+    let sentinel = [("REDIS_TYPE", "sentinel"), ("REDIS_URL", "m,s1:1")];
+    let error = settings(&["--redis-cluster=redis://c:1"], &sentinel).unwrap_err();
+    assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
+    let cluster = [("REDIS_TYPE", "cluster"), ("REDIS_URL", "c:1,c:2")];
+    let given = ["--redis-sentinel=s1:1", "--redis-sentinel-master=m"];
+    let error = settings(&given, &cluster).unwrap_err();
+    assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
+    assert!(settings(&given, &sentinel).is_ok());
 }

@@ -3,7 +3,7 @@
 /// The log cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error("invalid --log-level: {0}")]
+    #[error("invalid --log-level")]
     Filter(#[from] tracing_subscriber::filter::ParseError),
     #[error("cannot install the logger: {0}")]
     Install(String),

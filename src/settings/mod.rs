@@ -23,9 +23,9 @@ use clap::parser::ValueSource;
 pub use listeners::{BindError, ListenSettings};
 pub use logging::{LogError, LogFormat, LogSettings};
 pub use requests::{RequestSettings, unreachable_rules};
-pub use rules::{DEFAULT_CONFIG, RulesSettings, SettingsError, log_loaded};
+pub use rules::{DEFAULT_CONFIG, RulesSettings, SettingsError};
 pub use server::ServerSettings;
-pub use store::StoreSettings;
+pub use store::{OpenError, StoreSettings};
 pub use telemetry::TelemetrySettings;
 
 /// The target of the lines the start-up writes (the effective settings, the rules loaded, the

@@ -7,6 +7,7 @@ use clap::builder::BoolishValueParser;
 
 use super::{Given, LOG_TARGET, spelled};
 use crate::config::source::xds::{XdsOptions, XdsTls, parse_metadata_pair};
+use crate::config::{ConfigErrors, RuleSet, load_path};
 
 /// The rule path when neither --config nor --xds-server is given.
 pub const DEFAULT_CONFIG: &str = "config";
@@ -24,6 +25,8 @@ pub enum SettingsError {
          or from a control plane"
     )]
     ConfigAndXds { config: String, server: String },
+    #[error("cannot load rules from {path}:\n{errors}")]
+    Rules { path: String, errors: ConfigErrors },
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -80,6 +83,21 @@ impl RulesSettings {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
     }
 
+    /// The rules at start: none yet with `xds` (the control plane sends them), else the rule
+    /// files, which must load (without them slidegate does not start).
+    pub fn initial_rules(&self, xds: bool, max_entries: usize) -> Result<RuleSet, SettingsError> {
+        if xds {
+            return Ok(RuleSet::empty());
+        }
+        let path = self.config_path();
+        let rules = load_path(&path).map_err(|errors| SettingsError::Rules {
+            path: path.display().to_string(),
+            errors,
+        })?;
+        log_loaded(&rules, &path, max_entries);
+        Ok(rules)
+    }
+
     /// The xDS settings when --xds-server is given; an error for settings that contradict each
     /// other. `--config` on the command line contradicts it; `SLIDEGATE_CONFIG` may be an image's
     /// default (slidegate's own sets it), so --xds-server overrides it with a warning.
@@ -124,7 +142,7 @@ impl RulesSettings {
 
 /// Logs the rules loaded from `path`, each rule, and a warning for each rule deeper than
 /// `max_entries`.
-pub fn log_loaded(rules: &crate::config::RuleSet, path: &Path, max_entries: usize) {
+fn log_loaded(rules: &RuleSet, path: &Path, max_entries: usize) {
     tracing::info!(
         target: LOG_TARGET,
         rules = rules.rule_count(),

@@ -1,13 +1,31 @@
 //! Where the counters live: this process's memory, or Redis (standalone, Cluster, Sentinel).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::spelled;
+use super::{LOG_TARGET, spelled};
 use crate::store::{
-    ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisOptions,
-    SentinelOptions, redact_url,
+    ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, MemoryStore,
+    RedisOptions, SentinelOptions, Store, StoreError, SystemClock, connect, redact_url,
 };
+
+/// How often the memory store drops the counters whose windows have passed.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The store cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The error names the sentinels and the master; the rest of the options add nothing.
+    #[error("cannot find the Redis primary through Redis Sentinel")]
+    Sentinel(#[source] StoreError),
+    #[error("invalid Redis settings {options}")]
+    Invalid {
+        options: String,
+        #[source]
+        source: StoreError,
+    },
+}
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct StoreSettings {
@@ -115,6 +133,36 @@ impl StoreSettings {
             max_call_hits,
             ..RedisOptions::default()
         })
+    }
+
+    /// Opens the store: the memory store, or Redis with [`StoreSettings::redis_options`] as
+    /// `registered` completes them (the metrics to count in). A Redis that does not answer yet is
+    /// not fatal: the store reconnects, and health reports NOT_SERVING until it answers.
+    pub async fn open(
+        &self,
+        connections: usize,
+        max_call_hits: u64,
+        registered: impl FnOnce(&mut RedisOptions),
+    ) -> Result<Arc<dyn Store>, OpenError> {
+        let Some(mut opts) = self.redis_options(connections, max_call_hits) else {
+            let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
+            store.spawn_sweeper(SWEEP_INTERVAL);
+            return Ok(store);
+        };
+        registered(&mut opts);
+        let store = connect(&opts)
+            .await
+            .map_err(|source| match &opts.sentinel {
+                Some(_) => OpenError::Sentinel(source),
+                None => OpenError::Invalid {
+                    options: format!("{opts:?}"),
+                    source,
+                },
+            })?;
+        if let Err(error) = store.ping().await {
+            tracing::warn!(target: LOG_TARGET, %error, store = store.kind(), "Redis does not answer yet");
+        }
+        Ok(store)
     }
 
     /// The URLs without their passwords, for the log: the standalone URL, the cluster nodes and
