@@ -9,6 +9,7 @@
 //! - [`service`]: the transports (gRPC RLS, HTTP `/json`, `/check`, health, `/rlconfig`, `/metrics`).
 //! - [`metrics`]: the Prometheus registry, which each layer registers its own families into.
 //! - [`telemetry`]: OpenTelemetry traces, one span per decision, exported over OTLP.
+//! - [`settings`]: everything `serve` is told, typed: the flags, their defaults, what they build.
 //! - [`compat`]: envoyproxy/ratelimit's environment variables, mapped onto slidegate's settings.
 
 pub mod compat;
@@ -17,6 +18,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod server;
 pub mod service;
+pub mod settings;
 pub mod store;
 pub mod telemetry;
 

@@ -49,17 +49,27 @@ pub struct ServerLimits {
     pub drain_timeout: Duration,
 }
 
+impl ServerLimits {
+    pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 1024;
+    pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+    pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 64 << 20;
+    pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+}
+
 impl Default for ServerLimits {
     fn default() -> Self {
         ServerLimits {
             max_connections: default_max_connections(),
-            max_connections_per_peer: 1024,
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
-            body_timeout: Duration::from_secs(10),
-            keepalive_interval: Duration::from_secs(30),
-            max_buffered_bytes: 64 << 20,
-            drain_timeout: Duration::from_secs(5),
+            max_connections_per_peer: Self::DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            body_timeout: Self::DEFAULT_BODY_TIMEOUT,
+            keepalive_interval: Self::DEFAULT_KEEPALIVE_INTERVAL,
+            max_buffered_bytes: Self::DEFAULT_MAX_BUFFERED_BYTES,
+            drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
         }
     }
 }
