@@ -509,7 +509,6 @@ fn the_environment_fills_only_what_the_user_left_at_its_default() {
             "--redis-timeout=50ms",
             "--shadow-mode=false",
             "--grpc-addr=127.0.0.1:1",
-            "--tls-listeners=grpc,http,admin",
             "--response-headers",
         ],
         &compat,
@@ -519,12 +518,19 @@ fn the_environment_fills_only_what_the_user_left_at_its_default() {
     assert_eq!(s.store.redis_timeout, std::time::Duration::from_millis(50));
     assert!(!s.requests.shadow_mode);
     assert_eq!(s.listen.grpc_addr.to_string(), "127.0.0.1:1");
-    assert_eq!(s.listen.tls_listeners.len(), 3);
     assert!(s.requests.response_headers);
     // What the user did not give still comes from the environment.
     assert_eq!(
         s.listen.tls_cert_file.as_deref(),
         Some(std::path::Path::new("/env/cert.pem"))
+    );
+    // A flag that needs another (`--tls-listeners` needs `--tls-cert-file`) is checked on the
+    // command line alone: the environment's files do not count for it, and the start is refused
+    // with clap's message naming what is missing.
+    let error = settings(&["--tls-listeners=grpc,http,admin"], &compat).unwrap_err();
+    assert_eq!(
+        error.kind(),
+        clap::error::ErrorKind::MissingRequiredArgument
     );
 }
 
