@@ -8,13 +8,23 @@ use crate::server::tls::Listener;
 use super::value::Value;
 use super::{CompatError, Env, Translation, invalid, set, unsupported};
 
+/// A listener's host and port variables, the setting they make, the pair's name and its default
+/// port.
+type Listen = (
+    &'static str,
+    &'static str,
+    fn(Address) -> Value,
+    &'static str,
+    u16,
+);
+
 /// `HOST`/`PORT` → `--http-addr`, `GRPC_HOST`/`GRPC_PORT` → `--grpc-addr`, `DEBUG_HOST`/`DEBUG_PORT`
 /// → `--admin-addr`.
 pub(super) fn listeners<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
     out: &mut Translation,
 ) -> Result<(), CompatError> {
-    let listeners: [(_, _, fn(Address) -> Value, _, _); 3] = [
+    let listeners: [Listen; 3] = [
         ("HOST", "PORT", Value::HttpAddr, "HOST/PORT", 8080),
         (
             "GRPC_HOST",

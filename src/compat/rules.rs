@@ -8,6 +8,9 @@ use crate::config::source::xds::parse_metadata_pair;
 use super::value::Value;
 use super::{CompatError, Env, Translation, Unhonoured, invalid, set, unsupported};
 
+/// Builds a setting from a file variable's value.
+type FileValue = fn(String) -> Value;
+
 /// Settings that would leave its peers unable to talk to slidegate, or deciding differently.
 pub(super) fn refuse_what_cannot_be_served<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
@@ -87,7 +90,7 @@ pub(super) fn xds<F: Fn(&str) -> Option<String>>(
             .map_err(|_| invalid(variable, &interval, "expected a duration such as 3s"))?;
         set(out, Value::XdsConnectRetryInterval(interval), variable);
     }
-    let files: [(_, fn(String) -> Value); 4] = [
+    let files: [(&str, FileValue); 4] = [
         ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", |v| {
             Value::XdsTlsCaFile(v.into())
         }),
