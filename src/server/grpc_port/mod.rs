@@ -108,9 +108,11 @@ impl GrpcApp {
                 respond,
                 limits.clone(),
                 move |message: RequestBytes| async move {
+                    // Boxed: the limiter's future (the request's plans and counters, held across
+                    // the store's await) is kilobytes, and each layer of the call (the body
+                    // timeout, `grpc-timeout`, the drain) would move it again by value.
                     match span {
-                        None => service.should_rate_limit(message).await,
-                        // Boxed: an untraced call's future stays the size it is without traces.
+                        None => Box::pin(service.should_rate_limit(message)).await,
                         Some(span) => {
                             Box::pin(service.should_rate_limit_traced(message, span)).await
                         }
