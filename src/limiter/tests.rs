@@ -75,6 +75,7 @@ fn request<'a>(descriptors: Vec<Descriptor<'a>>) -> Request<'a> {
         domain: "api",
         descriptors: descriptors.into(),
         hits_addend: 0,
+        costs_are_charges: false,
     }
 }
 

@@ -59,6 +59,7 @@ impl OwnedRequest {
                 })
                 .collect(),
             hits_addend: self.hits_addend,
+            costs_are_charges: false,
         }
     }
 }

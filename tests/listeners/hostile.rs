@@ -1414,6 +1414,7 @@ fn a_million_client_keys_are_swept_once_idle() {
             hits: 1,
             shadow: false,
             precision: Precision::Exact,
+            kind: slidegate::store::HitKind::Admitted,
         };
         assert!(store.decide_now(&[counter]).allowed);
         if i % 1000 == 0 {
