@@ -8,8 +8,8 @@ use super::request::{counted_as_is, counted_value};
 use super::{Descriptor, LimitOverride, RateLimiter, Request};
 use crate::Scratch;
 use crate::config::{DomainRules, Limit, Precision, RuleMatch, Unit};
-use crate::store::{Counter, HitKind};
 use crate::store::key::CounterTag;
+use crate::store::{Counter, HitKind};
 
 /// What one descriptor resolved to before the store call.
 pub(super) enum Plan<'a> {

@@ -549,7 +549,10 @@ fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> Coun
     if let Some(log) = log.as_deref_mut().filter(|_| record) {
         log.record(eval.now, counter.hits);
         count += counter.hits;
-    } else if let Some(log) = log.as_deref_mut().filter(|_| counter.kind == HitKind::Returned) {
+    } else if let Some(log) = log
+        .as_deref_mut()
+        .filter(|_| counter.kind == HitKind::Returned)
+    {
         count = count.saturating_sub(log.take_back(counter.hits));
     }
     let reset = if eval.over {
