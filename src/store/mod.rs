@@ -53,9 +53,9 @@
 //!   as many as it holds (never below zero), whatever the decision. A returned counter is never
 //!   over limit and reports what is left.
 //!
-//! So the guarantee becomes: **admitted hits never exceed `N` in any interval of length `W`**
-//! (each was admitted only where it fitted); charges may take the recorded count above `N`, and
-//! while it is, nothing more is admitted. Both representations and both stores treat the kinds
+//! So the guarantee becomes: **admitted hits (less those returned) never exceed `N` in any
+//! interval of length `W`** (each was admitted only where it fitted among everything recorded);
+//! charges may take the recorded count above `N`, and while it is, nothing more is admitted. Both representations and both stores treat the kinds
 //! alike.
 //!
 //! A store only reports failures as [`StoreError`]; what a failure means for the request
