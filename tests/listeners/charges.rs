@@ -2,11 +2,15 @@
 //! response header (`hits_addend.format: "%RESP(x-cost)%"`), checked with 0 hits before each
 //! request, as Envoy Gateway's `cost.response` configures it. The charge lands after the response
 //! even where it does not fit, so the budget bites: with 1000 an hour and 800 per response, the
-//! third request is denied. On the memory store and on Redis.
+//! third request is denied. On the memory store and on Redis. And `is_negative_hits` over gRPC:
+//! hits taken back, never below zero.
 
 use std::time::Duration;
 
-use crate::support::{KillOnDrop, RedisServer, Slidegate, free_port, http_get, wait_until};
+use crate::support::{
+    KillOnDrop, RedisServer, Slidegate, descriptor, free_port, http_get, request, wait_until,
+};
+use envoy_types::pb::google::protobuf::UInt64Value;
 
 const RULES: &str = r#"
 domain: budget
@@ -14,6 +18,8 @@ descriptors:
   - key: generic_key
     value: tokens
     rate_limit: { unit: hour, requests_per_unit: 1000 }
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 3 }
 "#;
 
 /// Envoy: a route to slidegate's own `/healthcheck` as the upstream, its responses given
@@ -189,4 +195,40 @@ async fn envoy_response_costs_land_after_the_response_and_the_budget_bites() {
         eprintln!("[{store}] four rounds through Envoy: {statuses:?}");
         assert_eq!(statuses, [200, 200, 429, 429], "[{store}]\n{}", envoy_log());
     }
+}
+
+/// Envoy's `is_negative_hits` over gRPC: the hits are taken back (a concurrency limit's release),
+/// never below zero, where slidegate used to refuse the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_hits_over_grpc_give_hits_back() {
+    let rules = tempfile::tempdir().expect("tempdir");
+    std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
+    let slidegate = Slidegate::start(rules.path(), &[]);
+    let mut client = slidegate.client().await;
+    let hits = |n: u64, negative: bool| {
+        let mut d = descriptor(&[("user", "u")]);
+        d.hits_addend = Some(UInt64Value { value: n });
+        d.is_negative_hits = negative;
+        request("budget", vec![d])
+    };
+    let mut call = async |r| {
+        let answer = client
+            .should_rate_limit(r)
+            .await
+            .expect("answer")
+            .into_inner();
+        (answer.overall_code, answer.statuses[0].limit_remaining)
+    };
+    // 1 = OK, 2 = OVER_LIMIT. Plain requests (no descriptor cost) fill the limit.
+    let one = request("budget", vec![descriptor(&[("user", "u")])]);
+    for left in [2, 1, 0] {
+        assert_eq!(call(one.clone()).await, (1, left));
+    }
+    assert_eq!(call(one.clone()).await.0, 2);
+    assert_eq!(call(hits(2, true)).await, (1, 2), "two hits given back");
+    assert_eq!(call(hits(100, true)).await, (1, 3), "never below zero");
+    for left in [2, 1, 0] {
+        assert_eq!(call(one.clone()).await, (1, left));
+    }
+    assert_eq!(call(one).await.0, 2);
 }
