@@ -374,9 +374,14 @@ impl RateLimiter {
             (true, false) => DecisionLabel::Denied,
             (true, true) => DecisionLabel::ShadowDenied,
         };
+        // Hits given back are not hits taken: the decision counts, its hits do not.
+        let hits = match limited.kind {
+            HitKind::Returned => 0,
+            _ => limited.hits,
+        };
         self.metrics
             .rule(domain, limited.label_of(deciding))
-            .record(decision, limited.hits, near_limit);
+            .record(decision, hits, near_limit);
         if over && !limited.shadow {
             Code::OverLimit
         } else {

@@ -165,6 +165,14 @@ async fn negative_hits_are_taken_back() {
             call(&f, &request(vec![add.clone()])).await.overall,
             Code::OverLimit
         );
+        // Hits given back are not counted as hits taken: two fills and two denied requests.
+        let text = f.metrics.render();
+        let counted: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("slidegate_hits_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(counted, 2 * limit + 2 * hits, "{key}: {text}");
     }
 }
 
