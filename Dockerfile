@@ -27,7 +27,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # `/bin/ratelimit` is envoyproxy/ratelimit's command: a Deployment of it that names the command
 # keeps working with this image. The default rules are found through the working directory
 # (`--config`'s default `config` -> /etc/slidegate) rather than SLIDEGATE_CONFIG: that variable
-# would take precedence over envoyproxy/ratelimit's RUNTIME_ROOT (README, "Its environment
+# would take precedence over envoyproxy/ratelimit's RUNTIME_ROOT (docs/from-envoyproxy-ratelimit.md, "Its environment
 # variables").
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -12,20 +12,18 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::runtime::Runtime;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
-use tonic::service::Routes;
 
 use slidegate::compat::Translation;
 use slidegate::config::metrics::ConfigMetrics;
-use slidegate::config::reload::{ReloadHook, ReloadOutcome, Reloader};
-use slidegate::config::source::xds::XdsSource;
+use slidegate::config::source::RuleSource;
 use slidegate::limiter::{DecisionMetrics, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::metrics::ServerMetrics;
-use slidegate::server::{Apps, Workers, grpc_port::GrpcApp, tls::Tls, tls::rotate::Rotation};
+use slidegate::server::{Apps, Workers, grpc_port::GrpcApp, tls::rotate::Rotation};
 use slidegate::service::front::Front;
 use slidegate::service::http_routes::data_router;
-use slidegate::service::rls::{FILE_DESCRIPTOR_SET, GrpcService};
-use slidegate::service::{health::Health, http_routes::AppState, http_routes::admin_router};
+use slidegate::service::rls::GrpcService;
+use slidegate::service::{health::Health, http_routes::AppState, http_routes::admin_router, side};
 use slidegate::settings::{Settings, unreachable_rules};
 use slidegate::store::redis::RedisMetrics;
 use slidegate::telemetry::{TraceMetrics, Traces};
@@ -65,7 +63,7 @@ enum Command {
 
 /// mimalloc instead of the system allocator: gRPC over HTTP/2 allocates and frees many small
 /// buffers per call on every worker thread, and glibc's per-thread arenas spend a measurable part
-/// of each request in `malloc`/`free` and in `mprotect`/`madvise` (see BENCHMARKS.md).
+/// of each request in `malloc`/`free` and in `mprotect`/`madvise` (see docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -177,38 +175,18 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let decisions = Arc::new(DecisionMetrics::new(&metrics));
     let config_metrics = ConfigMetrics::new(&metrics);
     let xds = settings.rules.xds(&settings.given)?;
-    let config = settings.rules.config_path();
     let rules = (settings.rules).initial_rules(xds.is_some(), requests.max_entries)?;
     decisions.set_rules(&rules);
     config_metrics.set_rules(&rules);
     let live = Arc::new(ArcSwap::from_pointee(rules));
-    let (reload_metrics, reload_decisions) = (config_metrics.clone(), Arc::clone(&decisions));
-    let reloaded = Arc::clone(&live);
-    let hook: ReloadHook = Arc::new(move |outcome, status| {
-        let loaded = matches!(outcome, ReloadOutcome::Loaded { .. });
-        reload_metrics.config_reload(loaded);
-        if loaded {
-            let rules = reloaded.load();
-            reload_decisions.set_rules(&rules);
-            reload_metrics.set_rules(&rules);
-        }
-        reload_metrics.set_config_status(status);
+    let on_loaded = Arc::clone(&decisions);
+    let hook = (config_metrics.clone()).reload_hook(Arc::clone(&live), move |rules| {
+        on_loaded.set_rules(rules);
     });
     // Kept until the end: dropping the source stops it.
-    let source = match xds {
-        Some(options) => RuleSource::Xds(
-            XdsSource::spawn(options, Arc::clone(&live), hook)
-                .context("cannot start the xDS client")?,
-        ),
-        None => RuleSource::Files(
-            Reloader::spawn(config.clone(), Arc::clone(&live), hook, hangup)
-                .with_context(|| format!("cannot watch {}", config.display()))?,
-        ),
-    };
-    let config_status = match &source {
-        RuleSource::Files(reloader) => reloader.status(),
-        RuleSource::Xds(xds) => xds.status(),
-    };
+    let config = settings.rules.config_path();
+    let source = RuleSource::spawn(xds, config, Arc::clone(&live), hook, hangup)?;
+    let config_status = source.status();
     config_metrics.set_config_status(&config_status.load());
 
     // One connection per worker thread, plus one for the main thread's health checks; a script
@@ -239,11 +217,10 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     ));
     let server_metrics = Arc::new(ServerMetrics::new(&metrics));
 
-    let (reporter, health_service) = tonic_health::server::health_reporter();
-    let health_service = health_service.max_decoding_message_size(BRIDGED_MESSAGE);
-    let health = match &source {
-        RuleSource::Files(_) => Health::new(reporter).await,
-        RuleSource::Xds(xds) => Health::gated(reporter, xds.ready()).await,
+    let (reporter, side_routes) = side::routes().context("cannot build gRPC reflection")?;
+    let health = match source.ready() {
+        None => Health::new(reporter).await,
+        Some(ready) => Health::gated(reporter, ready).await,
     };
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));
@@ -251,10 +228,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     // Kept until the end: dropping the rotation stops watching the TLS files.
     let (tls, _rotation) = match settings.listen.tls_files() {
         Some(files) => {
-            let tls = Tls::load(&files, Arc::clone(&server_metrics))
-                .context("cannot load TLS material")?;
-            let rotation = Rotation::spawn(files, Arc::clone(&tls), Arc::clone(&server_metrics))
-                .context("cannot watch the TLS files")?;
+            let (tls, rotation) = Rotation::start(files, Arc::clone(&server_metrics))?;
             (Some(tls), Some(rotation))
         }
         None => (None, None),
@@ -265,18 +239,6 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let (grpc, http, admin) = (&listeners.grpc, &listeners.http, &listeners.admin);
     tracing::info!(grpc = %grpc.local()?, http = %http.local()?, admin = %admin.local()?, workers = server.workers, "listening");
 
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .context("cannot build gRPC reflection")?
-        .max_decoding_message_size(BRIDGED_MESSAGE);
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
-        .context("cannot build gRPC reflection")?
-        .max_decoding_message_size(BRIDGED_MESSAGE);
     let state = AppState {
         front: Arc::clone(&front),
         health: Arc::clone(&health),
@@ -284,12 +246,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
         config_status,
     };
     let apps = Apps {
-        grpc: GrpcApp::new(
-            GrpcService::new(Arc::clone(&front)),
-            Routes::new(health_service)
-                .add_service(reflection_v1)
-                .add_service(reflection_v1alpha),
-        ),
+        grpc: GrpcApp::new(GrpcService::new(Arc::clone(&front)), side_routes),
         http: data_router(state.clone(), requests.max_body_bytes),
         admin: admin_router(state),
     };
@@ -323,16 +280,6 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
         traces.flush(Duration::from_secs(2)).await;
     }
     Ok(())
-}
-
-/// Health and reflection requests are a few hundred bytes: their streams may buffer no more than
-/// this each (tonic's default is 4 MiB), so that 100 streams on one connection hold little.
-const BRIDGED_MESSAGE: usize = 16 << 10;
-
-/// Where the rules come from; dropping it stops the watching or the xDS client.
-enum RuleSource {
-    Files(Reloader),
-    Xds(XdsSource),
 }
 
 /// Waits for SIGTERM or SIGINT and names it.

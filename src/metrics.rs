@@ -25,7 +25,7 @@
 //! | `slidegate_config_checksum_info` | gauge | `served`, `on_disk` | always 1; the SHA-256 of the served and of the on-disk rule files (`on_disk` empty when unreadable) |
 //! | `slidegate_rule_label_overflow_total` | counter | | decisions counted under `rule="overflow"` because [`MAX_RULE_LABELS`] pairs had their own series |
 //! | `slidegate_connections_refused_total` | counter | `listener` (`grpc`, `http`), `reason` (`max_connections`, `max_connections_per_peer`) | connections closed at once because a connection cap was reached |
-//! | `slidegate_tls_handshake_failures_total` | counter | `listener` (`grpc`, `http`, `admin`), `reason` | TLS handshakes that failed, the connection closed without an answer (the reasons: README, metrics) |
+//! | `slidegate_tls_handshake_failures_total` | counter | `listener` (`grpc`, `http`, `admin`), `reason` | TLS handshakes that failed, the connection closed without an answer (the reasons: docs/metrics.md) |
 //! | `slidegate_tls_reloads_total` | counter | `result` (`success`, `failure`) | replacements of the TLS certificate, key or client CAs after their files changed |
 //! | `slidegate_tls_certificate_expiry_timestamp_seconds` | gauge | | when the certificate now served expires, Unix time (0 without TLS) |
 //! | `slidegate_trace_spans_total` | counter | `outcome` (`exported`, `dropped`, `failed`) | decision spans handed to the collector, dropped because the export queue was full, or lost with a failed export (with `--otlp-endpoint`; see [`crate::telemetry`]) |

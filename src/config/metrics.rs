@@ -1,12 +1,13 @@
 //! The rules' metric families: reload attempts, the live rule count, and whether the served rules
 //! are the ones on disk.
 
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec};
 
-use crate::config::RuleSet;
-use crate::config::reload::ConfigStatus;
+use crate::config::reload::{ConfigStatus, ReloadHook, ReloadOutcome};
+use crate::config::{LiveRules, RuleSet};
 use crate::metrics::Metrics;
 
 /// The configuration's metric families, registered once into the process's [`Metrics`].
@@ -71,6 +72,25 @@ impl ConfigMetrics {
     pub fn set_rules(&self, rules: &RuleSet) {
         self.rules_loaded
             .set(i64::try_from(rules.rule_count()).unwrap_or(i64::MAX));
+    }
+
+    /// The hook a rule source calls after each reload attempt: counts it, and for new rules
+    /// updates this family and calls `on_loaded` (the other layers' rule gauges).
+    pub fn reload_hook(
+        self,
+        live: LiveRules,
+        on_loaded: impl Fn(&RuleSet) + Send + Sync + 'static,
+    ) -> ReloadHook {
+        Arc::new(move |outcome, status| {
+            let loaded = matches!(outcome, ReloadOutcome::Loaded { .. });
+            self.config_reload(loaded);
+            if loaded {
+                let rules = live.load();
+                on_loaded(&rules);
+                self.set_rules(&rules);
+            }
+            self.set_config_status(status);
+        })
     }
 
     /// Whether the served rules are the files on disk, and since when.

@@ -23,7 +23,7 @@
 //!
 //! `x-ratelimit-domain`, `x-ratelimit-hits` and `x-ratelimit-deny-status` are read once: when a
 //! request repeats one, the first is used. None of these headers may come from the client: a
-//! proxy must set them itself and drop the client's (see the README on forward-auth proxies).
+//! proxy must set them itself and drop the client's (see docs/nginx.md on forward-auth proxies).
 //!
 //! Responses:
 //!

@@ -8,6 +8,7 @@
 //!   server reflection.
 //! - [`http_routes`]: `POST /json`, `/check` (nginx `auth_request`, forward-auth), `GET /healthcheck`,
 //!   `GET /rlconfig`, `GET /metrics`.
+//! - [`side`]: gRPC health and reflection, beside RateLimitService.
 //! - [`health`]: the serving state shared by both.
 //! - [`front`]: the limiter, traces and metrics every transport shares.
 
@@ -21,6 +22,7 @@ pub mod health;
 pub mod http_routes;
 pub mod json;
 pub mod rls;
+pub mod side;
 
 /// A decoded request that owns its strings (for the HTTP transports, whose bodies and headers are
 /// decoded into new strings). [`OwnedRequest::as_request`] borrows it for the limiter.

@@ -4,7 +4,7 @@ use crate::telemetry::{Protocol, TraceSettings};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct TelemetrySettings {
-    /// OpenTelemetry collector to send traces to, one span per decision (README, Traces):
+    /// OpenTelemetry collector to send traces to, one span per decision (docs/traces.md):
     /// `http://HOST:4317` for gRPC, `http://HOST:4318` for HTTP (a URL without a path gets
     /// `/v1/traces`). Without it no span is made at all.
     #[arg(long, env = "SLIDEGATE_OTLP_ENDPOINT")]

@@ -395,7 +395,7 @@ async fn envoy_carries_the_request_trace_into_slidegate() {
 /// Envoy: the rate-limit filter (domain `traced`, descriptor `generic_key=envoy`) in front of
 /// slidegate's own `/healthcheck` as the upstream, and the OpenTelemetry tracer sending Envoy's
 /// spans to the test collector. The tracing block of the connection manager is all it takes for
-/// Envoy to put `traceparent` on its rate-limit calls (README, Traces).
+/// Envoy to put `traceparent` on its rate-limit calls (docs/traces.md).
 const ENVOY_CONFIG: &str = r#"
 admin:
   address: { socket_address: { address: 127.0.0.1, port_value: ADMIN_PORT } }

@@ -3,7 +3,7 @@
 //! checked against what the binary serves: the Deployment's container arguments and environment
 //! start the real binary with the ConfigMap's rules, its probes and the Prometheus annotations
 //! answer on the ports they name, the container ports are the binary's defaults, and the rules
-//! give a 429 as README.md's walkthrough says.
+//! give a 429 as docs/kubernetes.md's walkthrough says.
 //!
 //! The Istio example (`examples/istio/`) is built and validated the same way; its EnvoyFilters'
 //! patches are put into an Envoy bootstrap that `envoy --mode validate` must accept, and they must
@@ -282,7 +282,7 @@ fn manifests_build_validate_and_match_what_the_binary_serves() {
     assert_eq!(status, 200);
     assert!(metrics.contains("slidegate_"), "{metrics}");
 
-    // README's walkthrough: two calls for one user and path pass, the third gets a 429.
+    // docs/kubernetes.md's walkthrough: two calls for one user and path pass, the third gets a 429.
     let statuses: Vec<u16> = (0..3)
         .map(|_| check(http, "user_id=alice,path=/x"))
         .collect();

@@ -43,7 +43,27 @@ impl Drop for Rotation {
     }
 }
 
+/// Why TLS could not start: the first material or the watching of its files.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot load TLS material: {0}")]
+    Load(#[from] material::TlsError),
+    #[error("cannot watch the TLS files: {0}")]
+    Watch(#[from] std::io::Error),
+}
+
 impl Rotation {
+    /// Loads the material from `files` and watches them: the live material, and its rotation
+    /// (which stops when dropped). Must be called inside a Tokio runtime.
+    pub fn start(
+        files: TlsFiles,
+        metrics: Arc<ServerMetrics>,
+    ) -> Result<(Arc<Tls>, Rotation), StartError> {
+        let tls = Tls::load(&files, Arc::clone(&metrics))?;
+        let rotation = Rotation::spawn(files, Arc::clone(&tls), metrics)?;
+        Ok((tls, rotation))
+    }
+
     /// Starts watching `files`, which `tls` was loaded from. Must be called inside a Tokio
     /// runtime.
     pub fn spawn(
