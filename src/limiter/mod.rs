@@ -14,12 +14,11 @@
 //!    skipped (status OK without a limit; its counters are untouched);
 //! 5. builds one [`Counter`] per limit of every remaining rule, within the request's budget of
 //!    hits on exact logs (a descriptor past it is over limit, and then no counter of the request
-//!    records hits), and asks the store **once**, so all counters of the request are decided
-//!    all-or-nothing;
-//!    A descriptor's hits are admitted (recorded only if the request fits), charged (recorded
-//!    whatever: a gRPC descriptor's own non-zero `hits_addend`, or every hit under
-//!    `record_over_limit`) or returned (`is_negative_hits`); see [`HitKind`] and the store's
-//!    *Charges and returned hits*;
+//!    admits hits), and asks the store **once**, so all counters of the request are decided
+//!    all-or-nothing. A descriptor's hits are admitted (recorded only if the request fits),
+//!    charged (recorded whatever: a gRPC descriptor's own non-zero `hits_addend`, or every hit
+//!    under `record_over_limit`) or returned (`is_negative_hits`); see [`HitKind`] and the
+//!    store's *Charges and returned hits*;
 //! 6. reports each descriptor's most restrictive counter (an over-limit one first, the one that
 //!    frees up last; else the one with the fewest hits remaining).
 //!
