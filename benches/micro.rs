@@ -170,6 +170,7 @@ fn counter(key: CounterKey, limit: u64, window: Duration) -> Counter {
         hits: 1,
         shadow: false,
         precision: Precision::Exact,
+        kind: slidegate::store::HitKind::Admitted,
     }
 }
 

@@ -56,6 +56,7 @@ pub fn direct_counters(request: &RateLimitRequest) -> Vec<Counter> {
             hits,
             shadow: false,
             precision: Precision::Exact,
+            kind: slidegate::store::HitKind::Admitted,
         })
         .collect()
 }

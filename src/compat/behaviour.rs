@@ -70,12 +70,15 @@ pub(super) fn behaviour<F: Fn(&str) -> Option<String>>(
             });
         }
     }
-    env.expect_flag(
-        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        true,
-        "slidegate never counts a denied request",
-        out,
-    )?;
+    // `false` (recording denied hits too) only when given: unset, slidegate keeps its own
+    // default, under which charges (response costs) land and ordinary denied hits do not.
+    if let Some(stop) = env.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")? {
+        set(
+            out,
+            Value::RecordOverLimit(!stop),
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        );
+    }
     env.expect_flag(
         "MERGE_DOMAIN_CONFIG",
         false,

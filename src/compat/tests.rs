@@ -47,7 +47,8 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
         Value::XdsConnectRetryInterval(d) | Value::RedisTimeout(d) => duration(d),
         Value::ForceStartWithoutInitialConfig(b)
         | Value::ShadowMode(b)
-        | Value::ResponseHeaders(b) => b.to_string(),
+        | Value::ResponseHeaders(b)
+        | Value::RecordOverLimit(b) => b.to_string(),
         Value::GrpcAddr(a) | Value::HttpAddr(a) | Value::AdminAddr(a) => a.to_string(),
         Value::TlsListeners(listeners) => {
             let names: Vec<&str> = listeners.iter().map(|l| l.as_str()).collect();
@@ -545,4 +546,26 @@ fn sentinel_and_cluster_from_either_side_conflict() {
     let error = settings(&given, &cluster).unwrap_err();
     assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
     assert!(settings(&given, &sentinel).is_ok());
+}
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false` records every hit (`--record-over-limit`);
+/// `true` or unset keeps slidegate's default.
+#[test]
+fn stop_cache_key_increment_maps_to_record_over_limit() {
+    for (given, expected) in [("false", Some("true")), ("true", Some("false"))] {
+        let t = run(&[
+            ("REDIS_URL", "127.0.0.1:6379"),
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", given),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            value(&t, "record_over_limit").as_deref(),
+            expected,
+            "{given}"
+        );
+        assert!(t.unhonoured.is_empty(), "{:?}", t.unhonoured);
+    }
+    let t = run(&[("REDIS_URL", "127.0.0.1:6379")]).unwrap().unwrap();
+    assert_eq!(value(&t, "record_over_limit"), None);
 }

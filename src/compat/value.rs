@@ -73,6 +73,7 @@ values! {
     RedisTlsKeyFile(PathBuf) => store.redis_tls_key_file,
     ShadowMode(bool) => requests.shadow_mode,
     ResponseHeaders(bool) => requests.response_headers,
+    RecordOverLimit(bool) => requests.record_over_limit,
     LogFormat(LogFormat) => logging.log_format,
     LogLevel(String) => logging.log_level,
     OtlpEndpoint(String) => telemetry.otlp_endpoint,

@@ -14,8 +14,11 @@
 //!    skipped (status OK without a limit; its counters are untouched);
 //! 5. builds one [`Counter`] per limit of every remaining rule, within the request's budget of
 //!    hits on exact logs (a descriptor past it is over limit, and then no counter of the request
-//!    records hits), and asks the store **once**, so all counters of the request are decided
-//!    all-or-nothing;
+//!    admits hits), and asks the store **once**, so all counters of the request are decided
+//!    all-or-nothing. A descriptor's hits are admitted (recorded only if the request fits),
+//!    charged (recorded whatever: a gRPC descriptor's own non-zero `hits_addend`, or every hit
+//!    under `record_over_limit`) or returned (`is_negative_hits`); see [`HitKind`] and the
+//!    store's *Charges and returned hits*;
 //! 6. reports each descriptor's most restrictive counter (an over-limit one first, the one that
 //!    frees up last; else the one with the fewest hits remaining).
 //!
@@ -45,7 +48,7 @@ use std::time::Instant;
 use crate::Scratch;
 use crate::config::{Limit, LiveRules, RuleSet};
 use crate::store::key::CounterTag;
-use crate::store::{Counter, CounterResult, FailureMode, Store, StoreError};
+use crate::store::{Counter, CounterResult, FailureMode, HitKind, Precision, Store, StoreError};
 
 pub use metrics::{DecisionLabel, DecisionMetrics, RuleCounters};
 pub use observer::Observer;
@@ -62,6 +65,9 @@ pub struct Options {
     pub shadow_mode: bool,
     /// Add IETF `RateLimit-*` headers (and `Retry-After` on deny) to responses.
     pub response_headers: bool,
+    /// Record every hit, over the limit too (envoyproxy/ratelimit's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`): every counter is charged.
+    pub record_over_limit: bool,
     pub limits: RequestLimits,
 }
 
@@ -196,6 +202,7 @@ impl RateLimiter {
         limits: &[Limit],
         hits: u64,
         rule_shadow: bool,
+        kind: HitKind,
     ) -> Range<usize> {
         let start = counters.len();
         for limit in limits {
@@ -204,9 +211,10 @@ impl RateLimiter {
                 key: tag.counter_key(window, limit.precision),
                 limit: limit.requests_per_unit,
                 window,
-                hits,
+                hits: stored_hits(kind, limit, hits),
                 shadow: rule_shadow || self.options.shadow_mode,
                 precision: limit.precision,
+                kind,
             });
         }
         start..counters.len()
@@ -365,9 +373,14 @@ impl RateLimiter {
             (true, false) => DecisionLabel::Denied,
             (true, true) => DecisionLabel::ShadowDenied,
         };
+        // Hits given back are not hits taken: the decision counts, its hits do not.
+        let hits = match limited.kind {
+            HitKind::Returned => 0,
+            _ => limited.hits,
+        };
         self.metrics
             .rule(domain, limited.label_of(deciding))
-            .record(decision, limited.hits, near_limit);
+            .record(decision, hits, near_limit);
         if over && !limited.shadow {
             Code::OverLimit
         } else {
@@ -383,6 +396,17 @@ impl RateLimiter {
         } else {
             Code::Ok
         }
+    }
+}
+
+/// The hits a counter is asked to store. A charge larger than its limit on an exact log is kept
+/// as `limit + 1` hits at one instant: either way the counter is over its limit until that
+/// instant leaves the window, and then the log is empty of it, so every later decision is the
+/// same, while the log (one Redis member per hit) stays bounded by the limit.
+fn stored_hits(kind: HitKind, limit: &Limit, hits: u64) -> u64 {
+    match (kind, limit.precision) {
+        (HitKind::Charged, Precision::Exact) => hits.min(limit.requests_per_unit.saturating_add(1)),
+        _ => hits,
     }
 }
 

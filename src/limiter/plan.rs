@@ -8,8 +8,8 @@ use super::request::{counted_as_is, counted_value};
 use super::{Descriptor, LimitOverride, RateLimiter, Request};
 use crate::Scratch;
 use crate::config::{DomainRules, Limit, Precision, RuleMatch, Unit};
-use crate::store::Counter;
 use crate::store::key::CounterTag;
+use crate::store::{Counter, HitKind};
 
 /// What one descriptor resolved to before the store call.
 pub(super) enum Plan<'a> {
@@ -38,6 +38,8 @@ pub(super) struct Limited<'a> {
     pub(super) limits: Cow<'a, [Limit]>,
     pub(super) shadow: bool,
     pub(super) hits: u64,
+    /// What its counters do with the hits.
+    pub(super) kind: HitKind,
     pub(super) counters: Range<usize>,
 }
 
@@ -80,11 +82,12 @@ impl RateLimiter {
             .zip(matches)
             .map(|(descriptor, matched)| {
                 let hits = descriptor.hits_addend.unwrap_or(request.hits_addend.max(1));
+                let kind = self.hit_kind(request, descriptor);
                 let is_replaced =
                     |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
                 match (descriptor.limit, matched) {
                     (Some(limit), _) => {
-                        let limited = override_plan(descriptor, limit, hits);
+                        let limited = override_plan(descriptor, limit, hits, kind);
                         self.admit(&mut counters, &mut budget, limited, || {
                             self.override_tag(request.domain, &descriptor.entries)
                         })
@@ -105,6 +108,7 @@ impl RateLimiter {
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
                             hits,
+                            kind,
                             counters: 0..0,
                         };
                         self.admit(&mut counters, &mut budget, limited, || self.match_tag(&m))
@@ -112,15 +116,32 @@ impl RateLimiter {
                 }
             })
             .collect();
-        // A request that an over-budget descriptor denies must record nothing, as any denied
-        // request: its other counters are only checked.
+        // A request that an over-budget descriptor denies must admit nothing, as any denied
+        // request: its other counters are only checked (charges and returns still land).
         let denied = plans
             .iter()
             .any(|p| matches!(p, Plan::OverBudget(l) if !l.shadow));
         if denied && !self.options.shadow_mode {
-            counters.iter_mut().for_each(|c| c.hits = 0);
+            counters
+                .iter_mut()
+                .filter(|c| c.kind == HitKind::Admitted)
+                .for_each(|c| c.hits = 0);
         }
         (plans, counters)
+    }
+
+    /// What a descriptor's hits do: returned for `is_negative_hits`; charged under
+    /// `record_over_limit`, or for a descriptor's own non-zero cost where the transport says
+    /// those are charges (gRPC); otherwise admitted.
+    fn hit_kind(&self, request: &Request<'_>, descriptor: &Descriptor<'_>) -> HitKind {
+        let own_cost = descriptor.hits_addend.is_some_and(|h| h > 0);
+        if descriptor.negative_hits {
+            HitKind::Returned
+        } else if self.options.record_over_limit || (request.costs_are_charges && own_cost) {
+            HitKind::Charged
+        } else {
+            HitKind::Admitted
+        }
     }
 
     /// Gives a limited descriptor its counters when its cost ([`budget_cost`]) fits in the
@@ -132,7 +153,7 @@ impl RateLimiter {
         mut limited: Limited<'a>,
         tag: impl FnOnce() -> CounterTag,
     ) -> Plan<'a> {
-        let cost = budget_cost(&limited.limits, limited.hits);
+        let cost = budget_cost(&limited.limits, limited.hits, limited.kind);
         if cost > *budget {
             return Plan::OverBudget(limited);
         }
@@ -143,6 +164,7 @@ impl RateLimiter {
             &limited.limits,
             limited.hits,
             limited.shadow,
+            limited.kind,
         );
         Plan::Limited(limited)
     }
@@ -177,14 +199,15 @@ impl RateLimiter {
 }
 
 /// What a descriptor's counters cost of the request's hit budget ([`RequestLimits::max_hits`]):
-/// its hits on each exact log (at least 1, so the budget also bounds the number of counters and
-/// the store's work for one request), 1 for each bucket counter, whose cost does not grow with
-/// its hits.
-pub(super) fn budget_cost(limits: &[Limit], hits: u64) -> u64 {
+/// the hits it stores on each exact log (at least 1, so the budget also bounds the number of
+/// counters and the store's work for one request; a charge stores at most `limit + 1`), 1 for
+/// each bucket counter, whose cost does not grow with its hits, and 1 for each counter that
+/// hits are returned to (taking back costs at most what was stored, which paid already).
+pub(super) fn budget_cost(limits: &[Limit], hits: u64, kind: HitKind) -> u64 {
     limits.iter().fold(0u64, |sum, limit| {
-        let cost = match limit.precision {
-            Precision::Exact => hits.max(1),
-            Precision::Buckets(_) => 1,
+        let cost = match (limit.precision, kind) {
+            (_, HitKind::Returned) | (Precision::Buckets(_), _) => 1,
+            (Precision::Exact, _) => super::stored_hits(kind, limit, hits).max(1),
         };
         sum.saturating_add(cost)
     })
@@ -196,6 +219,7 @@ pub(super) fn override_plan<'a>(
     descriptor: &Descriptor<'_>,
     limit: LimitOverride,
     hits: u64,
+    kind: HitKind,
 ) -> Limited<'a> {
     let requests_per_unit = u64::from(limit.requests_per_unit);
     // Validated: an override without a known unit is rejected before planning.
@@ -214,6 +238,7 @@ pub(super) fn override_plan<'a>(
         limits: Cow::Owned(vec![limit]),
         shadow: false,
         hits,
+        kind,
         counters: 0..0,
     }
 }

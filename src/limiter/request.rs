@@ -74,6 +74,10 @@ pub struct Request<'a> {
     pub descriptors: Scratch<Descriptor<'a>>,
     /// Hits for descriptors without their own; 0 means 1.
     pub hits_addend: u64,
+    /// A descriptor's own non-zero `hits_addend` is a charge, recorded even where it does not
+    /// fit (gRPC: Envoy's response costs, `apply_on_stream_done`). `/check` and `/json` leave it
+    /// off: their costs are admitted or refused like any other hits.
+    pub costs_are_charges: bool,
 }
 
 /// One request descriptor: hierarchical (key, value) entries.
@@ -84,7 +88,7 @@ pub struct Descriptor<'a> {
     pub limit: Option<LimitOverride>,
     /// Hits for this descriptor only; `Some(0)` checks without counting.
     pub hits_addend: Option<u64>,
-    /// Envoy's `is_negative_hits` (returning hits); not supported by a sliding log.
+    /// Envoy's `is_negative_hits`: the hits are taken back from the counters (never below zero).
     pub negative_hits: bool,
 }
 
@@ -146,11 +150,6 @@ pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), Lim
         if descriptor.limit.is_some_and(|l| l.unit.is_none()) {
             return invalid(format!(
                 "descriptors[{i}].limit.unit must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR"
-            ));
-        }
-        if descriptor.negative_hits {
-            return invalid(format!(
-                "descriptors[{i}].is_negative_hits is not supported (hits cannot be returned to a sliding window)"
             ));
         }
     }

@@ -1,3 +1,6 @@
+#[path = "tests_charges.rs"]
+mod charges;
+
 use super::request::counted_value;
 use super::response::ceil_secs;
 use super::*;
@@ -36,6 +39,10 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 100, replaces: [{ name: per_hour }] }
   - key: tokens
     rate_limit: { unit: minute, requests_per_unit: 100000, precision: 1s }
+  - key: budget
+    rate_limit: { unit: hour, requests_per_unit: 1000 }
+  - key: budget_exact
+    rate_limit: { unit: hour, requests_per_unit: 1000, precision: exact }
 "#;
 
 struct Fixture {
@@ -75,6 +82,7 @@ fn request<'a>(descriptors: Vec<Descriptor<'a>>) -> Request<'a> {
         domain: "api",
         descriptors: descriptors.into(),
         hits_addend: 0,
+        costs_are_charges: false,
     }
 }
 
@@ -395,8 +403,6 @@ async fn validation_errors() {
         ..Options::default()
     });
     let long = "x".repeat(9);
-    let mut negative = desc(&[("k", "v")]);
-    negative.negative_hits = true;
     let mut bad_unit = desc(&[("k", "v")]);
     bad_unit.limit = Some(LimitOverride {
         requests_per_unit: 1,
@@ -436,7 +442,6 @@ async fn validation_errors() {
             "domain is 9 bytes",
         ),
         (request(vec![bad_unit]), "limit.unit must be one of"),
-        (request(vec![negative]), "is_negative_hits is not supported"),
     ];
     for (req, expected) in cases {
         match f.limiter.should_rate_limit(&req).await {

@@ -61,6 +61,7 @@ impl OwnedRequest {
                 })
                 .collect(),
             hits_addend: self.hits_addend,
+            costs_are_charges: false,
         }
     }
 }

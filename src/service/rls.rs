@@ -275,6 +275,7 @@ pub fn from_proto(proto: &RateLimitRequest) -> Request<'_> {
             })
             .collect(),
         hits_addend: u64::from(proto.hits_addend),
+        costs_are_charges: true,
     }
 }
 

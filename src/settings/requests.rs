@@ -25,6 +25,13 @@ pub struct RequestSettings {
     #[arg(long, env = "SLIDEGATE_RESPONSE_HEADERS", default_value = "true", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub response_headers: bool,
+    /// Record every hit, also of a request that is denied and over the limit, as
+    /// envoyproxy/ratelimit does with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false. Off: a
+    /// request that does not fit records nothing, except a charge (a gRPC descriptor's own
+    /// hits_addend, such as Envoy's response costs), which always lands.
+    #[arg(long, env = "SLIDEGATE_RECORD_OVER_LIMIT", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub record_over_limit: bool,
     /// Domain of /check requests that send no `x-ratelimit-domain` header.
     #[arg(long, env = "SLIDEGATE_CHECK_DOMAIN")]
     pub check_domain: Option<String>,
@@ -59,6 +66,7 @@ impl RequestSettings {
             failure_mode: self.failure_mode,
             shadow_mode: self.shadow_mode,
             response_headers: self.response_headers,
+            record_over_limit: self.record_over_limit,
             limits: RequestLimits {
                 max_descriptors: self.max_descriptors,
                 max_entries: self.max_entries,

@@ -43,7 +43,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::{Clock, Counter, CounterKey, CounterResult, Decision, Precision, Store, StoreError};
+use super::{
+    Clock, Counter, CounterKey, CounterResult, Decision, HitKind, Precision, Store, StoreError,
+};
 use crate::Scratch;
 use buckets::Buckets;
 
@@ -142,6 +144,26 @@ impl Log {
         }
     }
 
+    /// Removes up to `hits` of the newest hits; returns how many it removed.
+    fn take_back(&mut self, hits: u64) -> u64 {
+        let mut left = hits;
+        while left > 0 {
+            let Some(last) = self.runs.back_mut() else {
+                break;
+            };
+            let held = last.hits();
+            if held <= left {
+                self.runs.pop_back();
+                left -= held;
+            } else {
+                *last = Run::new(last.at(), held - left);
+                left = 0;
+            }
+        }
+        self.hits -= hits - left;
+        hits - left
+    }
+
     /// The instant at which the oldest `k` hits will all have left the window, if the log holds
     /// that many.
     fn when_dropped(&self, k: u64) -> Option<u64> {
@@ -179,6 +201,8 @@ trait Series {
     fn newest(&self) -> Option<u64>;
     /// Adds `hits` at `at`, never before [`Series::newest`].
     fn record(&mut self, at: u64, hits: u64);
+    /// Removes up to `hits` of the newest hits (returned hits); returns how many it removed.
+    fn take_back(&mut self, hits: u64) -> u64;
     /// The instant at which the oldest `k` hits have all stopped counting, if there are that many.
     fn when_dropped(&self, k: u64) -> Option<u64>;
     /// The instant at which the oldest hit stops counting.
@@ -204,6 +228,9 @@ impl Series for Log {
     }
     fn record(&mut self, at: u64, hits: u64) {
         Log::record(self, at, hits)
+    }
+    fn take_back(&mut self, hits: u64) -> u64 {
+        Log::take_back(self, hits)
     }
     fn when_dropped(&self, k: u64) -> Option<u64> {
         Log::when_dropped(self, k)
@@ -341,7 +368,7 @@ impl MemoryStore {
             let pending: u64 = counters[..i]
                 .iter()
                 .zip(&evals)
-                .filter(|(c, e)| c.key == counter.key && !e.over)
+                .filter(|(c, e)| c.key == counter.key && records(c, e.over, true))
                 .map(|(c, _)| c.hits)
                 .sum();
             let series = map.get_mut(&counter.key).map(Tally::series_mut);
@@ -363,7 +390,7 @@ impl MemoryStore {
             .zip(&evals)
             .enumerate()
             .map(|(i, (counter, eval))| {
-                let record = allowed && !eval.over && counter.hits > 0;
+                let record = counter.hits > 0 && records(counter, eval.over, allowed);
                 settle(&mut guards[guard_of[i]], counter, eval, record)
             })
             .collect();
@@ -461,6 +488,16 @@ impl MemoryStore {
     }
 }
 
+/// Whether `counter` records its hits: admitted ones if the request is `allowed` and the counter
+/// not `over`, charged ones always (returned ones take hits back instead).
+fn records(counter: &Counter, over: bool, allowed: bool) -> bool {
+    match counter.kind {
+        HitKind::Admitted => allowed && !over,
+        HitKind::Charged => true,
+        HitKind::Returned => false,
+    }
+}
+
 /// Pass one for one counter: trim, count, decide, and for a deny find when the hits would fit.
 fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pending: u64) -> Eval {
     let window = micros(counter.window);
@@ -471,7 +508,8 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
     }
     let stored = log.as_deref().map_or(0, |l| l.hits());
     let count = stored + pending;
-    let over = counter.hits > counter.limit || count.saturating_add(counter.hits) > counter.limit;
+    let over = counter.kind != HitKind::Returned
+        && (counter.hits > counter.limit || count.saturating_add(counter.hits) > counter.limit);
     let mut reset = 0;
     if over {
         // Entries leave only by time: the request fits once its excess of oldest hits is gone.
@@ -511,6 +549,11 @@ fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> Coun
     if let Some(log) = log.as_deref_mut().filter(|_| record) {
         log.record(eval.now, counter.hits);
         count += counter.hits;
+    } else if let Some(log) = log
+        .as_deref_mut()
+        .filter(|_| counter.kind == HitKind::Returned)
+    {
+        count = count.saturating_sub(log.take_back(counter.hits));
     }
     let reset = if eval.over {
         eval.reset
@@ -578,6 +621,7 @@ mod tests {
             hits,
             shadow: false,
             precision: Precision::Exact,
+            kind: HitKind::Admitted,
         }
     }
 

@@ -40,6 +40,24 @@
 //! stay). Every other rule above (checks, `h > N`, all or nothing across counters of both kinds,
 //! shadow counters, a counter named twice) is the same for both.
 //!
+//! # Charges and returned hits
+//! A counter's hits are of one of three kinds ([`HitKind`]):
+//! - **admitted** (the default): everything above. Recorded only if the whole request fits;
+//! - **charged**: the cost of something already served (a response's cost sent after it). It is
+//!   decided like admitted hits (over limit when it does not fit, which makes an enforced counter
+//!   deny the request), but recorded whatever the decision, on its own counter, even over the
+//!   limit. The window then holds more than `N`: a debt, which denies every later request of
+//!   that counter, checks included, until enough hits leave the window. A charged counter never
+//!   makes the request's other counters record: they follow the decision as above;
+//! - **returned** (Envoy's `is_negative_hits`): the counter's newest hits are taken back, at most
+//!   as many as it holds (never below zero), whatever the decision. A returned counter is never
+//!   over limit and reports what is left.
+//!
+//! So the guarantee becomes: **admitted hits (less those returned) never exceed `N` in any
+//! interval of length `W`** (each was admitted only where it fitted among everything recorded);
+//! charges may take the recorded count above `N`, and while it is, nothing more is admitted. Both representations and both stores treat the kinds
+//! alike.
+//!
 //! A store only reports failures as [`StoreError`]; what a failure means for the request
 //! ([`FailureMode`]) is the limiter's business, so every store behaves the same way when it fails.
 
@@ -148,6 +166,20 @@ pub struct Counter {
     pub shadow: bool,
     /// The exact log or buckets (the key carries it too).
     pub precision: Precision,
+    /// What the hits do: admitted if the request fits, charged whatever, or returned.
+    pub kind: HitKind,
+}
+
+/// What a counter does with its hits; see the module docs, *Charges and returned hits*.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HitKind {
+    /// Recorded only if the whole request fits.
+    #[default]
+    Admitted,
+    /// Decided as admitted hits, but recorded whatever the decision, over the limit too.
+    Charged,
+    /// Taken back from the counter's newest hits, never below zero; never over limit.
+    Returned,
 }
 
 /// What a store found for one counter.

@@ -22,7 +22,9 @@
 --   id      the request id: member of its first hit on a key; hit n > 1 is id .. ':' .. n
 --   part    '1' if this is one slot's part of a cross-slot request, else '0'
 --   n       its number of counters
---   then per counter: limit, window (us), hits, shadow ('1' or '0'), bucket width (us; 0: the log)
+--   then per counter: limit, window (us), hits, flags, bucket width (us; 0: the log)
+--   flags   the sum of 1 (shadow), 2 (charged: recorded whatever the decision, over the limit too)
+--           and 4 (returned: up to `hits` of the newest hits taken back; never over limit)
 -- KEYS, per request: its n counter keys (one hash slot in a cluster), then, in a cluster, their n
 --   provisional logs: the hits of cross-slot requests, which the store takes back if another
 --   slot denies the request (for a bucket counter a hash: bucket index -> provisional hits)
@@ -235,12 +237,50 @@ local function record_buckets(key, log, window, width, hits, part)
   return current
 end
 
+-- Returned hits: removes up to `hits` of the newest hits of `key` (trimmed already), never below
+-- zero; returns how many it removed. A bucket counter loses them from its newest buckets; 'o' may
+-- then name an empty bucket, which is read as "at or before the oldest".
+local function take_back(key, window, width, hits)
+  if width == 0 then
+    local popped = redis.call('ZPOPMAX', key, hits)
+    return #popped / 2
+  end
+  local total = tonumber(redis.call('HGET', key, 't')) or 0
+  local oldest = tonumber(redis.call('HGET', key, 'o'))
+  if total <= 0 or oldest == nil then
+    return 0
+  end
+  local taken = 0
+  local index = math.floor(now / width)
+  while index >= oldest and taken < hits do
+    local field = bucket_field(index)
+    local held = tonumber(redis.call('HGET', key, field))
+    if held then
+      local take = math.min(held, hits - taken)
+      taken = taken + take
+      if take == held then
+        redis.call('HDEL', key, field)
+      else
+        redis.call('HINCRBY', key, field, -take)
+      end
+    end
+    index = index - 1
+  end
+  if taken >= total then
+    redis.call('DEL', key)
+  elseif taken > 0 then
+    redis.call('HINCRBY', key, 't', -taken)
+  end
+  return taken
+end
+
 -- Decides one request whose keys start at KEYS[k0] and counters at ARGV[a0]; appends its answer.
 local function decide(rid, part, n, k0, a0)
   local key, log = {}, {}
   local limit, window, hits, shadow, width, buckets = {}, {}, {}, {}, {}, {}
   local over, count, reset, reset1 = {}, {}, {}, {}
   local held = {}
+  local charged, returned = {}, {}
   local pending = {}
   local allowed = 1
 
@@ -253,13 +293,18 @@ local function decide(rid, part, n, k0, a0)
     limit[i] = tonumber(ARGV[base])
     window[i] = tonumber(ARGV[base + 1])
     hits[i] = tonumber(ARGV[base + 2])
-    shadow[i] = ARGV[base + 3] == '1'
+    local flags = tonumber(ARGV[base + 3])
+    shadow[i] = flags % 2 == 1
+    charged[i] = flags % 4 >= 2
+    returned[i] = flags >= 4
     width[i] = tonumber(ARGV[base + 4])
 
     if width[i] > 0 then
       held[i], count[i], over[i], reset[i], reset1[i], buckets[i] = decide_buckets(key[i], log[i],
         limit[i], window[i], width[i], hits[i], pending[key[i]] or 0)
-      if not over[i] then
+      if returned[i] then
+        over[i], reset[i] = false, 0
+      elseif not over[i] or charged[i] then
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
     else
@@ -274,7 +319,9 @@ local function decide(rid, part, n, k0, a0)
           reset1[i] = -2
         end
       end
-      if hits[i] > limit[i] then
+      if returned[i] then
+        over[i] = false
+      elseif hits[i] > limit[i] then
         over[i] = true
         reset[i] = window[i]
       elseif c + hits[i] > limit[i] then
@@ -282,6 +329,8 @@ local function decide(rid, part, n, k0, a0)
         reset[i] = until_fits(key[i], c + hits[i] - limit[i], window[i])
       else
         over[i] = false
+      end
+      if not returned[i] and (not over[i] or charged[i]) then
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
     end
@@ -297,10 +346,15 @@ local function decide(rid, part, n, k0, a0)
     if allowed == 0 then
       count[i] = held[i]
     end
-    if allowed == 1 and not over[i] and hits[i] > 0 and width[i] > 0 then
-      bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], part)
+    local records = hits[i] > 0 and not returned[i] and (charged[i] or (allowed == 1 and not over[i]))
+    -- Charged hits are never taken back, so they stay out of the provisional logs.
+    local provisional = part and not charged[i]
+    if returned[i] and hits[i] > 0 then
+      count[i] = count[i] - take_back(key[i], window[i], width[i], hits[i])
+    elseif records and width[i] > 0 then
+      bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], provisional)
       count[i] = count[i] + hits[i]
-    elseif allowed == 1 and not over[i] and hits[i] > 0 then
+    elseif records then
       -- Hits are numbered per key across the request, so a counter named twice gets distinct
       -- members.
       local first = (added[key[i]] or 0) + 1
@@ -320,13 +374,13 @@ local function decide(rid, part, n, k0, a0)
           end
         end
         redis.call('ZADD', key[i], unpack(args))
-        if part and log[i] then
+        if provisional and log[i] then
           redis.call('ZADD', log[i], unpack(args))
         end
         h = last + 1
       end
       redis.call('PEXPIRE', key[i], math.ceil(window[i] / 1000))
-      if part and log[i] then
+      if provisional and log[i] then
         redis.call('PEXPIRE', log[i], math.ceil(window[i] / 1000))
       end
       count[i] = count[i] + hits[i]

@@ -1038,15 +1038,28 @@ async fn hits_are_bounded_before_they_reach_redis() {
     // The budget is the request's, not each descriptor's: two descriptors of 2049 hits on exact
     // logs are denied as a whole and record nothing.
     let pair: Vec<RateLimitDescriptor> = (0..2)
-        .map(|i| {
-            let mut d = descriptor(&[("big", &format!("pair{i}"))]);
+        .map(|i| descriptor(&[("big", &format!("pair{i}"))]))
+        .collect();
+    let mut both = request(pair.clone());
+    both.hits_addend = 2049;
+    let r = call(&mut client, both).await;
+    assert_eq!(r.overall_code(), Code::OverLimit);
+    assert_eq!(redis.cli(&["DBSIZE"]), "0");
+    // As descriptor costs they are charges: the first fits the budget and lands, the second is
+    // over it and records nothing.
+    let charges = pair
+        .into_iter()
+        .map(|mut d| {
             d.hits_addend = Some(UInt64Value { value: 2049 });
             d
         })
         .collect();
-    let r = call(&mut client, request(pair)).await;
+    let r = call(&mut client, request(charges)).await;
     assert_eq!(r.overall_code(), Code::OverLimit);
-    assert_eq!(redis.cli(&["DBSIZE"]), "0");
+    let pair_key = |i: u32| format!("slidegate:{{hostile:big=pair{i}}}3600000");
+    assert_eq!(redis.cli(&["ZCARD", &pair_key(0)]), "2049");
+    assert_eq!(redis.cli(&["EXISTS", &pair_key(1)]), "0");
+    redis.cli(&["DEL", &pair_key(0)]);
     let r = call(&mut client, with_hits(10_000_000, Some(forever))).await;
     assert_eq!(r.overall_code(), Code::Ok);
     let buckets = "slidegate:{hostile:big=h}31536000000b525600000000";
@@ -1414,6 +1427,7 @@ fn a_million_client_keys_are_swept_once_idle() {
             hits: 1,
             shadow: false,
             precision: Precision::Exact,
+            kind: slidegate::store::HitKind::Admitted,
         };
         assert!(store.decide_now(&[counter]).allowed);
         if i % 1000 == 0 {

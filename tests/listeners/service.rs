@@ -446,8 +446,6 @@ async fn grpc_invalid_arguments() {
         requests_per_unit: 1,
         unit: 0,
     });
-    let mut negative = ok();
-    negative.is_negative_hits = true;
     let cases = vec![
         (request("", vec![ok()]), "domain must not be empty"),
         (request("test", vec![]), "descriptor list must not be empty"),
@@ -476,10 +474,6 @@ async fn grpc_invalid_arguments() {
         ),
         (request(&long, vec![ok()]), "domain is 17 bytes"),
         (request("test", vec![bad_unit]), "limit.unit must be one of"),
-        (
-            request("test", vec![negative]),
-            "is_negative_hits is not supported",
-        ),
     ];
     for (req, expected) in cases {
         match client.should_rate_limit(req.clone()).await {

@@ -88,6 +88,7 @@ fn memory_store(precision: Precision, requests: &[Request]) -> Vec<Request> {
     let window = Duration::from_micros(W);
     let counter = Counter {
         key: CounterKey::of("precision", [("client", "c")], window, precision),
+        kind: slidegate::store::HitKind::Admitted,
         limit: N,
         window,
         hits: 1,

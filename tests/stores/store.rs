@@ -30,6 +30,7 @@ fn counter(domain: &str, name: &str, limit: u64, window: Duration, hits: u64) ->
         hits,
         shadow: false,
         precision: Precision::Exact,
+        kind: slidegate::store::HitKind::Admitted,
     }
 }
 

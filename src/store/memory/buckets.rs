@@ -76,6 +76,24 @@ impl Series for Buckets {
         }
     }
 
+    fn take_back(&mut self, hits: u64) -> u64 {
+        let mut left = hits;
+        while left > 0 {
+            let Some((_, held)) = self.counts.back_mut() else {
+                break;
+            };
+            if *held <= left {
+                left -= *held;
+                self.counts.pop_back();
+            } else {
+                *held -= left;
+                left = 0;
+            }
+        }
+        self.hits -= hits - left;
+        hits - left
+    }
+
     fn when_dropped(&self, k: u64) -> Option<u64> {
         let mut seen = 0;
         for &(index, hits) in &self.counts {

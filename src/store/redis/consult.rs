@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::script::{Reply, Reported};
 use super::{Lookup, RedisStore, Refresh};
-use crate::store::{Counter, CounterResult, Decision};
+use crate::store::{Counter, CounterResult, Decision, HitKind};
 
 /// What the deny cache says about a request.
 pub(super) enum Consult {
@@ -106,6 +106,11 @@ impl RedisStore {
     ) {
         if let Some(cache) = &self.deny_cache {
             for (c, r) in counters.iter().zip(&reply.counters) {
+                if c.kind == HitKind::Returned {
+                    // Hits were taken back: what the cache knew of this counter is stale.
+                    cache.forget(&c.key, c.limit);
+                    continue;
+                }
                 if let (false, Some(wait)) = (c.shadow, full_for(r, reply.allowed)) {
                     cache.insert(&c.key, c.limit, sent + wait, sent);
                 }
@@ -129,11 +134,15 @@ impl RedisStore {
     /// A counter the request names twice is looked up once: the request never waits for a
     /// refresh it leads itself. The request's other counters were not looked at:
     /// they are reported as not over limit with `count` 0, `remaining` = limit and `reset_after` 0
-    /// (unknown, and untouched by this request).
+    /// (unknown, and untouched by this request). A request that charges or returns hits always
+    /// goes to Redis: a local deny would record neither.
     pub(super) fn consult_cache(&self, counters: &[Counter], now: Instant) -> Consult {
         let Some(cache) = self.deny_cache.as_ref() else {
             return Consult::Ask(Vec::new());
         };
+        if counters.iter().any(|c| c.kind != HitKind::Admitted) {
+            return Consult::Ask(Vec::new());
+        }
         let mut waits = Vec::with_capacity(counters.len());
         let mut denied = false;
         let mut pending = None;

@@ -157,6 +157,15 @@ impl DenyCache {
         }
     }
 
+    /// Forgets what is known of a counter (its hits were taken back, so it may have room now).
+    pub fn forget(&self, key: &CounterKey, limit: u64) {
+        let id = (key.clone(), limit);
+        let mut shard = self.shard(&id).lock();
+        if matches!(shard.get(&id), Some(Slot::DeniedUntil(_))) {
+            shard.remove(&id);
+        }
+    }
+
     /// Entries held (expired ones included until touched).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()

@@ -131,7 +131,7 @@ pub use options::{
 };
 use options::{connection_info, manager_config, tcp_settings, tls_certificates};
 
-use super::{Counter, CounterKey, Decision, Store, StoreError};
+use super::{Counter, CounterKey, Decision, HitKind, Store, StoreError};
 
 /// Builds the Redis store the options describe: cluster when seed nodes are given, else standalone.
 /// Fails only on bad options (URL, prefix, CA file); an unreachable Redis is not an error here
@@ -412,7 +412,10 @@ impl RedisStore {
                 Ok(reply) => {
                     allowed &= reply.allowed;
                     for (&i, r) in group.iter().zip(reply.counters) {
-                        if reply.allowed && !r.result.over_limit && counters[i].hits > 0 {
+                        // Charged and returned hits are never taken back.
+                        let admitted = counters[i].kind == HitKind::Admitted;
+                        if reply.allowed && !r.result.over_limit && counters[i].hits > 0 && admitted
+                        {
                             recorded.push((i, r.bucket));
                         }
                         results[i] = Some(r);

@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::store::{Counter, CounterResult, MAX_WINDOW, StoreError};
+use crate::store::{Counter, CounterResult, HitKind, MAX_WINDOW, StoreError};
 
 /// The script (see `sliding_window.lua` for the algorithm). redis-rs sends it by SHA (`EVALSHA`) and
 /// loads it on `NOSCRIPT`, so a restarted or new Redis node needs no preparation.
@@ -150,11 +150,23 @@ pub fn command(prefix: &str, logs: bool, deadline: u64, parts: &[CallPart<'_>]) 
             cmd.arg(c.limit.min(LUA_MAX))
                 .arg(window_micros(c.window))
                 .arg(c.hits.min(LUA_MAX))
-                .arg(if c.shadow { "1" } else { "0" })
+                .arg(flags(c))
                 .arg(bucket_width_micros(c));
         }
     }
     cmd
+}
+
+/// A counter's flags for the script: 1 shadow, plus 2 charged or 4 returned.
+fn flags(c: &Counter) -> &'static str {
+    match (c.kind, c.shadow) {
+        (HitKind::Admitted, false) => "0",
+        (HitKind::Admitted, true) => "1",
+        (HitKind::Charged, false) => "2",
+        (HitKind::Charged, true) => "3",
+        (HitKind::Returned, false) => "4",
+        (HitKind::Returned, true) => "5",
+    }
 }
 
 /// Runs a [`command`]; on `NOSCRIPT` (a restarted or new server) loads the script and retries
@@ -362,6 +374,7 @@ mod tests {
             hits: 1,
             shadow: false,
             precision: Precision::Exact,
+            kind: crate::store::HitKind::Admitted,
         };
         let part = |id| CallPart {
             id,

@@ -67,6 +67,7 @@ fn batches_add_up_to_at_most_max_call_hits() {
             hits,
             shadow: false,
             precision,
+            kind: crate::store::HitKind::Admitted,
         }],
         deadline: Instant::now(),
         answer: oneshot::channel().0,
@@ -144,6 +145,7 @@ async fn unreachable_redis_fails_fast_with_a_connection_error() {
         hits: 1,
         shadow: false,
         precision: Precision::Exact,
+        kind: crate::store::HitKind::Admitted,
     };
     let started = Instant::now();
     let err = store.decide(&[counter]).await.unwrap_err();
