@@ -14,6 +14,12 @@
 -- they had come in separate calls. Redis runs a script atomically and (7.0) replicates its
 -- effects, so reading TIME is safe.
 --
+-- Each counter has its own "now": TIME, or the counter's newest hit (its newest bucket's start)
+-- if that is later. A counter written under a clock ahead of this one (an NTP step back, a
+-- failover to a node whose clock is behind) is so trimmed as of its newest hit, which no later
+-- than the moment it really happened, and records after it: the counter never goes back in
+-- time, never errors, and frees nothing early. Waits are reported in this server's clock.
+--
 -- ARGV[1]   the number of requests
 -- ARGV[2]   '1' if each counter's provisional log follows its request's keys (cluster), else '0'
 -- ARGV[3]   the call's deadline in this server's clock (microseconds of TIME), '0' for none: a
@@ -67,13 +73,23 @@ local function dropped_at(key, k, window)
   return nil
 end
 
--- Whether the provisional log `log` holds hits in the window (only tracked in a cluster).
-local function has_provisional(log, window)
+-- Whether the provisional log `log` holds hits in the window as of `at` (only tracked in a
+-- cluster).
+local function has_provisional(log, window, at)
   if not log then
     return false
   end
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', at - window)
   return redis.call('ZCARD', log) > 0
+end
+
+-- The log `key`'s "now": TIME, or its newest hit if a clock ahead of this one recorded it.
+local function log_now(key)
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest[2] then
+    return math.max(now, tonumber(newest[2]))
+  end
+  return now
 end
 
 local function until_fits(key, excess, window)
@@ -86,11 +102,12 @@ end
 
 -- Bucket counters. `span` buckets of `width` make the window; at `now` the buckets
 -- `floor(now / width) - span ..= floor(now / width)` count (the oldest overlaps the window). Besides
--- the buckets, the hash keeps 't', the hits of the buckets it holds, and 'o', the index of its
--- oldest bucket (at or before it after a compensation): a decision reads those two fields, and
--- the buckets themselves only as they leave the window or when it needs the oldest ones' hits.
--- Every bucket is within `span` of 'o' (trimming runs before each record), so a range of buckets
--- is at most `span + 1` fields.
+-- the buckets, the hash keeps 't', the hits of the buckets it holds, 'o', the index of its
+-- oldest bucket (at or before it after a compensation), and 'n', the index of its newest (the
+-- counter's clock, see above): a decision reads those three fields, and the buckets themselves
+-- only as they leave the window or when it needs the oldest ones' hits. Every bucket is within
+-- `span` of 'o' (trimming runs before each record), so a range of buckets is at most `span + 1`
+-- fields. `at` below is the counter's "now".
 
 local function bucket_field(index)
   return string.format('%d', index)
@@ -110,23 +127,38 @@ local function bucket_fields(from, to)
   return fields
 end
 
--- Deletes the buckets of `key` that left the window; returns the hits of the others and the index
--- of the oldest of them (nil when none is left).
+-- The counter's "now" from its oldest and newest bucket indexes (either may be nil): TIME, or
+-- the newest bucket's start if that is later. Never before the oldest bucket either, so that the
+-- buckets of the window (`oldest ..= current`) are never an empty range.
+local function buckets_now(oldest, newest, width)
+  local at = now
+  if newest then
+    at = math.max(at, newest * width)
+  end
+  if oldest then
+    at = math.max(at, oldest * width)
+  end
+  return at
+end
+
+-- Deletes the buckets of `key` that left the window; returns the hits of the others, the index
+-- of the oldest of them (nil when none is left) and the counter's "now".
 local function buckets_trim(key, width, span)
-  local meta = redis.call('HMGET', key, 't', 'o')
+  local meta = redis.call('HMGET', key, 't', 'o', 'n')
   local total, oldest = tonumber(meta[1]) or 0, tonumber(meta[2])
-  local current = math.floor(now / width)
+  local at = buckets_now(oldest, tonumber(meta[3]), width)
+  local current = math.floor(at / width)
   local first = current - span
   if total <= 0 or oldest == nil then
-    return 0, nil
+    return 0, nil, now
   end
   if oldest >= first then
-    return total, oldest
+    return total, oldest, at
   end
   if oldest + span < first then
     -- Every bucket is within `span` of the oldest: all of them left.
     redis.call('DEL', key)
-    return 0, nil
+    return 0, nil, now
   end
   local stale = bucket_fields(oldest, first - 1)
   local hits = redis.call('HMGET', key, unpack(stale))
@@ -136,7 +168,7 @@ local function buckets_trim(key, width, span)
   redis.call('HDEL', key, unpack(stale))
   if total <= 0 then
     redis.call('DEL', key)
-    return 0, nil
+    return 0, nil, now
   end
   local rest = bucket_fields(first, current)
   hits = redis.call('HMGET', key, unpack(rest))
@@ -148,12 +180,12 @@ local function buckets_trim(key, width, span)
     end
   end
   redis.call('HSET', key, 't', total, 'o', bucket_field(oldest))
-  return total, oldest
+  return total, oldest, at
 end
 
 -- Time until the oldest `excess` hits of `key` (buckets from `oldest` on) have left the window;
 -- the window if they never do. The oldest bucket alone usually covers it (one hit over the limit).
-local function buckets_until_fits(key, oldest, excess, width, span, window)
+local function buckets_until_fits(key, oldest, excess, width, span, window, at)
   if oldest == nil then
     return window
   end
@@ -161,7 +193,7 @@ local function buckets_until_fits(key, oldest, excess, width, span, window)
   if first and first >= excess then
     return math.max(bucket_leaves(oldest, width, span) - now, 0)
   end
-  local fields = bucket_fields(oldest, math.floor(now / width))
+  local fields = bucket_fields(oldest, math.max(oldest, math.floor(at / width)))
   local hits = redis.call('HMGET', key, unpack(fields))
   local seen = 0
   for j = 1, #fields do
@@ -175,11 +207,11 @@ end
 
 -- Whether the provisional hash `log` (bucket index -> provisional hits, at most `span + 1` buckets
 -- once trimmed) holds hits in a bucket that still counts (cluster only).
-local function buckets_provisional(log, width, span)
+local function buckets_provisional(log, width, span, at)
   if not log then
     return false
   end
-  local current = math.floor(now / width)
+  local current = math.floor(at / width)
   local fields = redis.call('HGETALL', log)
   local held = false
   for f = 1, #fields, 2 do
@@ -194,15 +226,15 @@ end
 
 -- Pass one for a bucket counter: the hits it holds, the count with this request's earlier
 -- counters on the key, decide, and the waits (see the reply's fields); also returns the oldest
--- bucket's index for pass two.
+-- bucket's index and the counter's "now" for pass two.
 local function decide_buckets(key, log, limit, window, width, hits, pending)
   local span = window / width
-  local held, oldest = buckets_trim(key, width, span)
+  local held, oldest, at = buckets_trim(key, width, span)
   local c = held + pending
   local over, reset, reset1 = false, 0, -1
   if held + 1 > limit then
-    reset1 = buckets_until_fits(key, oldest, held + 1 - limit, width, span, window)
-    if buckets_provisional(log, width, span) then
+    reset1 = buckets_until_fits(key, oldest, held + 1 - limit, width, span, window, at)
+    if buckets_provisional(log, width, span, at) then
       reset1 = -2
     end
   end
@@ -210,21 +242,24 @@ local function decide_buckets(key, log, limit, window, width, hits, pending)
     over, reset = true, window
   elseif c + hits > limit then
     over = true
-    reset = buckets_until_fits(key, oldest, c + hits - limit, width, span, window)
+    reset = buckets_until_fits(key, oldest, c + hits - limit, width, span, window, at)
   end
-  return held, c, over, reset, reset1, oldest
+  return held, c, over, reset, reset1, oldest, at
 end
 
 -- Pass two for an admitted bucket counter: adds its hits to the current bucket and the total (and,
 -- for a cross-slot part, to that bucket of the provisional hash) and keeps the keys until the
--- current bucket leaves the window. Returns the bucket's index.
-local function record_buckets(key, log, window, width, hits, part)
+-- current bucket leaves the window. Returns the bucket's index. `at` is the counter's "now", so
+-- the current bucket is its newest.
+local function record_buckets(key, log, window, width, hits, part, at)
   local span = window / width
-  local current = math.floor(now / width)
+  local current = math.floor(at / width)
   local field = bucket_field(current)
   redis.call('HINCRBY', key, field, hits)
   if redis.call('HINCRBY', key, 't', hits) == hits then
-    redis.call('HSET', key, 'o', field)
+    redis.call('HSET', key, 'o', field, 'n', field)
+  elseif redis.call('HGET', key, 'n') ~= field then
+    redis.call('HSET', key, 'n', field)
   end
   local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
   redis.call('PEXPIRE', key, ttl)
@@ -241,6 +276,8 @@ local function decide(rid, part, n, k0, a0)
   local limit, window, hits, shadow, width, buckets = {}, {}, {}, {}, {}, {}
   local over, count, reset, reset1 = {}, {}, {}, {}
   local held = {}
+  -- Each counter's "now" (see the top of the script).
+  local at = {}
   local pending = {}
   local allowed = 1
 
@@ -257,20 +294,21 @@ local function decide(rid, part, n, k0, a0)
     width[i] = tonumber(ARGV[base + 4])
 
     if width[i] > 0 then
-      held[i], count[i], over[i], reset[i], reset1[i], buckets[i] = decide_buckets(key[i], log[i],
-        limit[i], window[i], width[i], hits[i], pending[key[i]] or 0)
+      held[i], count[i], over[i], reset[i], reset1[i], buckets[i], at[i] = decide_buckets(key[i],
+        log[i], limit[i], window[i], width[i], hits[i], pending[key[i]] or 0)
       if not over[i] then
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
     else
-      redis.call('ZREMRANGEBYSCORE', key[i], '-inf', now - window[i])
+      at[i] = log_now(key[i])
+      redis.call('ZREMRANGEBYSCORE', key[i], '-inf', at[i] - window[i])
       held[i] = redis.call('ZCARD', key[i])
       local c = held[i] + (pending[key[i]] or 0)
       count[i] = c
       reset1[i] = -1
       if held[i] + 1 > limit[i] then
         reset1[i] = until_fits(key[i], held[i] + 1 - limit[i], window[i])
-        if has_provisional(log[i], window[i]) then
+        if has_provisional(log[i], window[i], at[i]) then
           reset1[i] = -2
         end
       end
@@ -298,7 +336,7 @@ local function decide(rid, part, n, k0, a0)
       count[i] = held[i]
     end
     if allowed == 1 and not over[i] and hits[i] > 0 and width[i] > 0 then
-      bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], part)
+      bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], part, at[i])
       count[i] = count[i] + hits[i]
     elseif allowed == 1 and not over[i] and hits[i] > 0 then
       -- Hits are numbered per key across the request, so a counter named twice gets distinct
@@ -312,7 +350,7 @@ local function decide(rid, part, n, k0, a0)
         local args = {}
         local last = math.min(h + 255, final)
         for j = h, last do
-          args[#args + 1] = now
+          args[#args + 1] = at[i]
           if j == 1 then
             args[#args + 1] = rid
           else
@@ -325,16 +363,18 @@ local function decide(rid, part, n, k0, a0)
         end
         h = last + 1
       end
-      redis.call('PEXPIRE', key[i], math.ceil(window[i] / 1000))
+      -- Until the hits leave: a window after the counter's "now", in this server's clock.
+      local ttl = math.ceil((at[i] + window[i] - now) / 1000)
+      redis.call('PEXPIRE', key[i], ttl)
       if part and log[i] then
-        redis.call('PEXPIRE', log[i], math.ceil(window[i] / 1000))
+        redis.call('PEXPIRE', log[i], ttl)
       end
       count[i] = count[i] + hits[i]
     end
     -- Full after this request (the deny cache may remember it): unless provisional hits fill it.
     if width[i] > 0 then
       local span = window[i] / width[i]
-      if not over[i] and count[i] >= limit[i] and buckets_provisional(log[i], width[i], span) then
+      if not over[i] and count[i] >= limit[i] and buckets_provisional(log[i], width[i], span, at[i]) then
         reset1[i] = -2
       end
       if not over[i] then
@@ -342,11 +382,11 @@ local function decide(rid, part, n, k0, a0)
         -- current one if this request (or an earlier one of the call) holds the first hits.
         reset[i] = 0
         if count[i] > 0 then
-          local oldest = buckets[i] or math.floor(now / width[i])
-          reset[i] = buckets_until_fits(key[i], oldest, 1, width[i], span, window[i])
+          local oldest = buckets[i] or math.floor(at[i] / width[i])
+          reset[i] = buckets_until_fits(key[i], oldest, 1, width[i], span, window[i], at[i])
         end
       end
-    elseif not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i]) then
+    elseif not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i], at[i]) then
       reset1[i] = -2
     end
     if not over[i] and width[i] == 0 then

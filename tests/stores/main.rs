@@ -9,6 +9,7 @@ mod restartable_redis;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod clock_steps;
 mod faults;
 mod precision;
 mod redis_health;

@@ -9,7 +9,9 @@
 //! request: `ZREMRANGEBYSCORE` what left the window, `ZCARD`, decide; then, only if no enforced
 //! counter is over, `ZADD` the hits and `PEXPIRE` each key to its window, so an idle key disappears
 //! exactly when its last hit leaves the window. The time is Redis's own `TIME`, read inside the
-//! script: replicas whose clocks disagree still share one timeline. One call decides, in order,
+//! script: replicas whose clocks disagree still share one timeline. A counter whose newest hit is
+//! later than `TIME` (Redis's clock stepped back, or a failover to a node whose clock is behind)
+//! is decided as of that hit, as the memory store does: trimmed as of it, recorded after it. One call decides, in order,
 //! the requests a worker has started together (up to 16; in a cluster, those of one slot; see
 //! `Lane`).
 //!
@@ -20,7 +22,7 @@
 //!
 //! A bucket counter ([`Precision::Buckets`](crate::store::Precision), its key ending in `b` and
 //! the width) is a hash instead: field = bucket index (Redis time / width), value = hits admitted
-//! in that bucket, plus `t` (their sum) and `o` (the oldest bucket). The same script call decides
+//! in that bucket, plus `t` (their sum), `o` (the oldest bucket) and `n` (the newest). The same script call decides
 //! it beside the logs: it reads `t` and `o`, deletes the buckets that left the window (the oldest
 //! overlapping bucket counts whole), reads the oldest bucket only when it needs its hits (a deny,
 //! the reset time), and only if the request is admitted `HINCRBY`s the current bucket and `t`; the
