@@ -64,6 +64,156 @@ local tracked = ARGV[2] == '1'
 -- The reply's header, then each request's answer.
 local out = { now, 0 }
 
+-- Carrying a counter across a change of representation (the rules changed its precision or
+-- bucket width; its key is the same). The first decision that finds the key in another form
+-- reads it once, deletes it and writes it in the asked one, conservatively: every hit is placed
+-- at the latest instant it can have been admitted (a log's hit at its time, a bucket's at the
+-- bucket's last microsecond), so it leaves no earlier than it really would have, and goes to the
+-- bucket of that instant. Only the newest `limit + 1` hits are carried: hits leave oldest first,
+-- so those decide exactly as all of them would (over the limit with one hit more, and a check of a
+-- counter above it), and the cost is bounded by the new limit, not by the old counter.
+
+-- The newest `keep` hits of `key` as it is stored, a log (`from` 0) or buckets of width `from`:
+-- a list of {time, hits}, oldest first.
+local function carry_read(key, keep, from)
+  local events = {}
+  if from == 0 then
+    local entries = redis.call('ZRANGE', key, string.format('%d', -keep), -1, 'WITHSCORES')
+    for j = 2, #entries, 2 do
+      local time = tonumber(entries[j])
+      local last = events[#events]
+      if last and last[1] == time then
+        last[2] = last[2] + 1
+      else
+        events[#events + 1] = { time, 1 }
+      end
+    end
+    return events
+  end
+  local fields = redis.call('HGETALL', key)
+  for f = 1, #fields, 2 do
+    local index = tonumber(fields[f])
+    local hits = tonumber(fields[f + 1])
+    if index and hits and hits > 0 then
+      events[#events + 1] = { (index + 1) * from - 1, hits }
+    end
+  end
+  table.sort(events, function(a, b)
+    return a[1] < b[1]
+  end)
+  local kept, held = {}, 0
+  for j = #events, 1, -1 do
+    if held >= keep then
+      break
+    end
+    local hits = math.min(events[j][2], keep - held)
+    held = held + hits
+    table.insert(kept, 1, { events[j][1], hits })
+  end
+  return kept
+end
+
+-- Writes `events` ({time, hits}, oldest first) to `key` as a log (`width` 0) or buckets of
+-- `width`, with the expiry the script gives such a counter; a counter's hash (`counter`, not a
+-- provisional one) with its fields 't', 'o', 'n' and 'w'.
+local function carry_write(key, events, window, width, counter)
+  if #events == 0 then
+    return
+  end
+  local newest = events[#events][1]
+  local args, ttl = {}, 0
+  local function flush(command)
+    if #args > 0 then
+      redis.call(command, key, unpack(args))
+      args = {}
+    end
+  end
+  if width == 0 then
+    for _, event in ipairs(events) do
+      for j = 1, event[2] do
+        args[#args + 1] = string.format('%d', event[1])
+        args[#args + 1] = string.format('~%d:%d', event[1], j)
+        if #args >= 512 then
+          flush('ZADD')
+        end
+      end
+    end
+    flush('ZADD')
+    ttl = newest + window - now
+  else
+    local counts, order = {}, {}
+    for _, event in ipairs(events) do
+      local index = math.floor(event[1] / width)
+      if not counts[index] then
+        order[#order + 1] = index
+        counts[index] = 0
+      end
+      counts[index] = counts[index] + event[2]
+    end
+    local total = 0
+    for _, index in ipairs(order) do
+      total = total + counts[index]
+      args[#args + 1] = string.format('%d', index)
+      args[#args + 1] = string.format('%d', counts[index])
+      if #args >= 512 then
+        flush('HSET')
+      end
+    end
+    local last = order[#order]
+    if not counter then
+      flush('HSET')
+    end
+    args[#args + 1] = 't'
+    args[#args + 1] = string.format('%d', total)
+    args[#args + 1] = 'o'
+    args[#args + 1] = string.format('%d', order[1])
+    args[#args + 1] = 'n'
+    args[#args + 1] = string.format('%d', last)
+    args[#args + 1] = 'w'
+    args[#args + 1] = string.format('%d', width)
+    if counter then
+      flush('HSET')
+    end
+    args = {}
+    ttl = (last + window / width + 1) * width - now
+  end
+  redis.call('PEXPIRE', key, math.max(math.ceil(ttl / 1000), 1))
+end
+
+-- Rewrites the counter `key` (and its provisional log `log`, if any), stored as a log when
+-- `is_log`, else as buckets of the width in its field 'w', as a log (`width` 0) or buckets of
+-- `width`. A hash without 'w' holds nothing that can be placed in time, and goes.
+local function carry(key, log, is_log, limit, window, width)
+  local from = 0
+  if not is_log then
+    from = tonumber(redis.call('HGET', key, 'w')) or 0
+  end
+  local events = {}
+  if is_log or from > 0 then
+    events = carry_read(key, limit + 1, from)
+  end
+  redis.call('DEL', key)
+  carry_write(key, events, window, width, true)
+  if log and redis.call('EXISTS', log) == 1 then
+    local provisional = {}
+    if is_log or from > 0 then
+      provisional = carry_read(log, limit + 1, from)
+    end
+    redis.call('DEL', log)
+    carry_write(log, provisional, window, width, false)
+  end
+end
+
+-- Whether the provisional log `log` has another representation than its counter (its counter
+-- expired before it was carried): then it no longer tells anything, and goes.
+local function stray(log, reply)
+  if type(reply) == 'table' and reply.err then
+    redis.call('DEL', log)
+    return true
+  end
+  return false
+end
+
 -- Time at which the k-th oldest hit of `key` leaves the window, or nil if it holds fewer.
 local function dropped_at(key, k, window)
   local entry = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
@@ -76,16 +226,20 @@ end
 -- Whether the provisional log `log` holds hits in the window as of `at` (only tracked in a
 -- cluster).
 local function has_provisional(log, window, at)
-  if not log then
+  if not log or stray(log, redis.pcall('ZREMRANGEBYSCORE', log, '-inf', at - window)) then
     return false
   end
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', at - window)
   return redis.call('ZCARD', log) > 0
 end
 
--- The log `key`'s "now": TIME, or its newest hit if a clock ahead of this one recorded it.
-local function log_now(key)
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+-- The log `key`'s "now": TIME, or its newest hit if a clock ahead of this one recorded it. A
+-- counter kept as buckets until now is carried over into the log first.
+local function log_now(key, log, limit, window)
+  local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest.err then
+    carry(key, log, false, limit, window, 0)
+    newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  end
   if newest[2] then
     return math.max(now, tonumber(newest[2]))
   end
@@ -141,10 +295,21 @@ local function buckets_now(oldest, newest, width)
   return at
 end
 
+-- The fields 't', 'o' and 'n' of the bucket counter `key` (see above), after carrying it over
+-- into buckets of `width` if it was a log or buckets of another width ('w').
+local function buckets_meta(key, log, limit, window, width)
+  local meta = redis.pcall('HMGET', key, 't', 'o', 'n', 'w')
+  local is_log = meta.err ~= nil
+  if is_log or (meta[4] and tonumber(meta[4]) ~= width) then
+    carry(key, log, is_log, limit, window, width)
+    meta = redis.call('HMGET', key, 't', 'o', 'n', 'w')
+  end
+  return meta
+end
+
 -- Deletes the buckets of `key` that left the window; returns the hits of the others, the index
 -- of the oldest of them (nil when none is left) and the counter's "now".
-local function buckets_trim(key, width, span)
-  local meta = redis.call('HMGET', key, 't', 'o', 'n')
+local function buckets_trim(key, width, span, meta)
   local total, oldest = tonumber(meta[1]) or 0, tonumber(meta[2])
   local at = buckets_now(oldest, tonumber(meta[3]), width)
   local current = math.floor(at / width)
@@ -212,7 +377,10 @@ local function buckets_provisional(log, width, span, at)
     return false
   end
   local current = math.floor(at / width)
-  local fields = redis.call('HGETALL', log)
+  local fields = redis.pcall('HGETALL', log)
+  if stray(log, fields) then
+    return false
+  end
   local held = false
   for f = 1, #fields, 2 do
     if tonumber(fields[f]) + span < current then
@@ -229,7 +397,8 @@ end
 -- bucket's index and the counter's "now" for pass two.
 local function decide_buckets(key, log, limit, window, width, hits, pending)
   local span = window / width
-  local held, oldest, at = buckets_trim(key, width, span)
+  local meta = buckets_meta(key, log, limit, window, width)
+  local held, oldest, at = buckets_trim(key, width, span, meta)
   local c = held + pending
   local over, reset, reset1 = false, 0, -1
   if held + 1 > limit then
@@ -257,7 +426,7 @@ local function record_buckets(key, log, window, width, hits, part, at)
   local field = bucket_field(current)
   redis.call('HINCRBY', key, field, hits)
   if redis.call('HINCRBY', key, 't', hits) == hits then
-    redis.call('HSET', key, 'o', field, 'n', field)
+    redis.call('HSET', key, 'o', field, 'n', field, 'w', width)
   elseif redis.call('HGET', key, 'n') ~= field then
     redis.call('HSET', key, 'n', field)
   end
@@ -300,7 +469,7 @@ local function decide(rid, part, n, k0, a0)
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
     else
-      at[i] = log_now(key[i])
+      at[i] = log_now(key[i], log[i], limit[i], window[i])
       redis.call('ZREMRANGEBYSCORE', key[i], '-inf', at[i] - window[i])
       held[i] = redis.call('ZCARD', key[i])
       local c = held[i] + (pending[key[i]] or 0)

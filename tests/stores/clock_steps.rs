@@ -22,7 +22,7 @@ const SPAN: u64 = 50;
 
 fn counter(name: &str, limit: u64, precision: Precision, hits: u64) -> Counter {
     Counter {
-        key: CounterKey::of("clock", [("k", name)], W, precision),
+        key: CounterKey::new("clock", [("k", name)], W),
         limit,
         window: W,
         hits,

@@ -908,7 +908,7 @@ fn bucketed(c: Counter, width: Duration) -> Counter {
     let precision = Precision::Buckets(width);
     let entries = [("k", c.key.as_str())];
     Counter {
-        key: CounterKey::of("buckets", entries, c.window, precision),
+        key: CounterKey::new("buckets", entries, c.window),
         precision,
         ..c
     }
@@ -1802,6 +1802,7 @@ async fn redis_bucket_counter_keeps_its_total_and_oldest() {
                 "t" => total = Some(value),
                 "o" => oldest = Some(value),
                 "n" => newest = Some(value),
+                "w" => assert_eq!(value, 50_000, "the width"),
                 index => buckets.push((index.parse().expect("an index"), value)),
             }
         }
@@ -1900,7 +1901,7 @@ async fn bytes_per_counter_at_saturation() {
                 let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
                 let store = MemoryStore::new(clock.clone());
                 let c = Counter {
-                    key: CounterKey::of("sat", [("k", "v")], window, precision),
+                    key: CounterKey::new("sat", [("k", "v")], window),
                     precision,
                     ..counter("sat", "v", n, window, 1)
                 };
