@@ -69,16 +69,21 @@ local out = { now, 0 }
 -- reads it once, deletes it and writes it in the asked one, conservatively: every hit is placed
 -- at the latest instant it can have been admitted (a log's hit at its time, a bucket's at the
 -- bucket's last microsecond), so it leaves no earlier than it really would have, and goes to the
--- bucket of that instant. Only the newest `limit + 1` hits are carried: hits leave oldest first,
--- so those decide exactly as all of them would (over the limit with one hit more, and a check of a
--- counter above it), and the cost is bounded by the new limit, not by the old counter.
+-- bucket of that instant. Every hit is carried (a later reload may raise the limit again), so
+-- writing a log costs one member per hit held: buckets holding more than `LOG_CARRY_MAX` hits go
+-- on as they are (the oldest bucket counted whole, which is stricter than the log) until they hold
+-- fewer. Writing buckets costs at most a field per bucket of the window.
 
--- The newest `keep` hits of `key` as it is stored, a log (`from` 0) or buckets of width `from`:
--- a list of {time, hits}, oldest first.
-local function carry_read(key, keep, from)
+-- The most hits carried into a log at once: what one request may add to logs (`--max-hits`'s
+-- default).
+local LOG_CARRY_MAX = 4096
+
+-- The hits of `key` as it is stored, a log (`from` 0) or buckets of width `from`: a list of
+-- {time, hits}, oldest first.
+local function carry_read(key, from)
   local events = {}
   if from == 0 then
-    local entries = redis.call('ZRANGE', key, string.format('%d', -keep), -1, 'WITHSCORES')
+    local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
     for j = 2, #entries, 2 do
       local time = tonumber(entries[j])
       local last = events[#events]
@@ -101,16 +106,7 @@ local function carry_read(key, keep, from)
   table.sort(events, function(a, b)
     return a[1] < b[1]
   end)
-  local kept, held = {}, 0
-  for j = #events, 1, -1 do
-    if held >= keep then
-      break
-    end
-    local hits = math.min(events[j][2], keep - held)
-    held = held + hits
-    table.insert(kept, 1, { events[j][1], hits })
-  end
-  return kept
+  return events
 end
 
 -- Writes `events` ({time, hits}, oldest first) to `key` as a log (`width` 0) or buckets of
@@ -183,21 +179,21 @@ end
 -- Rewrites the counter `key` (and its provisional log `log`, if any), stored as a log when
 -- `is_log`, else as buckets of the width in its field 'w', as a log (`width` 0) or buckets of
 -- `width`. A hash without 'w' holds nothing that can be placed in time, and goes.
-local function carry(key, log, is_log, limit, window, width)
+local function carry(key, log, is_log, window, width)
   local from = 0
   if not is_log then
     from = tonumber(redis.call('HGET', key, 'w')) or 0
   end
   local events = {}
   if is_log or from > 0 then
-    events = carry_read(key, limit + 1, from)
+    events = carry_read(key, from)
   end
   redis.call('DEL', key)
   carry_write(key, events, window, width, true)
   if log and redis.call('EXISTS', log) == 1 then
     local provisional = {}
     if is_log or from > 0 then
-      provisional = carry_read(log, limit + 1, from)
+      provisional = carry_read(log, from)
     end
     redis.call('DEL', log)
     carry_write(log, provisional, window, width, false)
@@ -232,18 +228,25 @@ local function has_provisional(log, window, at)
   return redis.call('ZCARD', log) > 0
 end
 
--- The log `key`'s "now": TIME, or its newest hit if a clock ahead of this one recorded it. A
--- counter kept as buckets until now is carried over into the log first.
-local function log_now(key, log, limit, window)
+-- The form of a counter asked for as a log, and its "now": 0 and TIME, or its newest hit if a
+-- clock ahead of this one recorded it. A counter kept as buckets until now is carried over into
+-- the log first, unless it holds more than `LOG_CARRY_MAX` hits: then it is decided as those
+-- buckets, and this returns their width (and no "now": the bucket path finds it).
+local function log_form(key, log, window)
   local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
   if newest.err then
-    carry(key, log, false, limit, window, 0)
+    local meta = redis.call('HMGET', key, 't', 'w')
+    local width = tonumber(meta[2]) or 0
+    if width > 0 and (tonumber(meta[1]) or 0) > LOG_CARRY_MAX and window % width == 0 then
+      return width, nil
+    end
+    carry(key, log, false, window, 0)
     newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   end
   if newest[2] then
-    return math.max(now, tonumber(newest[2]))
+    return 0, math.max(now, tonumber(newest[2]))
   end
-  return now
+  return 0, now
 end
 
 local function until_fits(key, excess, window)
@@ -297,11 +300,11 @@ end
 
 -- The fields 't', 'o' and 'n' of the bucket counter `key` (see above), after carrying it over
 -- into buckets of `width` if it was a log or buckets of another width ('w').
-local function buckets_meta(key, log, limit, window, width)
+local function buckets_meta(key, log, window, width)
   local meta = redis.pcall('HMGET', key, 't', 'o', 'n', 'w')
   local is_log = meta.err ~= nil
   if is_log or (meta[4] and tonumber(meta[4]) ~= width) then
-    carry(key, log, is_log, limit, window, width)
+    carry(key, log, is_log, window, width)
     meta = redis.call('HMGET', key, 't', 'o', 'n', 'w')
   end
   return meta
@@ -397,7 +400,7 @@ end
 -- bucket's index and the counter's "now" for pass two.
 local function decide_buckets(key, log, limit, window, width, hits, pending)
   local span = window / width
-  local meta = buckets_meta(key, log, limit, window, width)
+  local meta = buckets_meta(key, log, window, width)
   local held, oldest, at = buckets_trim(key, width, span, meta)
   local c = held + pending
   local over, reset, reset1 = false, 0, -1
@@ -461,6 +464,9 @@ local function decide(rid, part, n, k0, a0)
     hits[i] = tonumber(ARGV[base + 2])
     shadow[i] = ARGV[base + 3] == '1'
     width[i] = tonumber(ARGV[base + 4])
+    if width[i] == 0 then
+      width[i], at[i] = log_form(key[i], log[i], window[i])
+    end
 
     if width[i] > 0 then
       held[i], count[i], over[i], reset[i], reset1[i], buckets[i], at[i] = decide_buckets(key[i],
@@ -469,7 +475,6 @@ local function decide(rid, part, n, k0, a0)
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
     else
-      at[i] = log_now(key[i], log[i], limit[i], window[i])
       redis.call('ZREMRANGEBYSCORE', key[i], '-inf', at[i] - window[i])
       held[i] = redis.call('ZCARD', key[i])
       local c = held[i] + (pending[key[i]] or 0)

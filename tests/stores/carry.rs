@@ -129,10 +129,26 @@ async fn redis_carries_counts_across_reloads() {
     // Carried once: the counter is a hash or a log as last asked, never both.
     let key = format!("sgcarry:{}", auto("redis-raise", 100, 1).key.as_str());
     assert_eq!(server.cli(&["TYPE", &key]), "zset");
+    assert_eq!(server.cli(&["ZCARD", &key]), "200", "every hit carried");
+
+    // Buckets holding more than a request may write into a log go on as buckets.
+    let quota = rule("redis-big", 10_000, buckets(1), 5_000);
+    assert_eq!(admitted(&store, &quota, 1).await, 1);
+    let exact = rule("redis-big", 10_000, Precision::Exact, 5_001);
+    assert_eq!(admitted(&store, &exact, 1).await, 0, "5000 + 5001 > 10000");
+    let key = format!("sgcarry:{}", exact.key.as_str());
+    assert_eq!(server.cli(&["TYPE", &key]), "hash", "left as buckets");
     assert_eq!(
-        server.cli(&["ZCARD", &key]),
-        "101",
-        "the newest limit + 1 hits"
+        admitted(
+            &store,
+            &Counter {
+                hits: 5_000,
+                ..exact
+            },
+            1
+        )
+        .await,
+        1
     );
 }
 
@@ -191,4 +207,87 @@ async fn replicas_with_deny_caches_follow_the_carried_counter() {
     let wider = rule("replicas", 200, buckets(2), 1);
     assert_eq!(admitted(&a, &wider, 3).await, 0);
     assert_eq!(admitted(&b, &wider, 3).await, 0);
+}
+
+/// The reproductions through the limiter, as a reload does them: the rules swapped under it, the
+/// counter keys derived from the rules.
+mod through_the_limiter {
+    use super::*;
+    use arc_swap::ArcSwap;
+    use slidegate::config::{RuleSet, load_sources};
+    use slidegate::limiter::{Code, DecisionMetrics, Descriptor, Options, RateLimiter, Request};
+    use slidegate::metrics::Metrics;
+
+    fn rules(limit: &str) -> Arc<RuleSet> {
+        let yaml = format!(
+            "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, {limit} }}\n"
+        );
+        Arc::new(load_sources(&[("rules.yaml".to_string(), yaml)]).expect("rules"))
+    }
+
+    /// Requests of `hits` admitted out of `n`.
+    async fn admitted(limiter: &RateLimiter, hits: u64, n: usize) -> usize {
+        let mut admitted = 0;
+        for _ in 0..n {
+            let request = Request {
+                domain: "api",
+                descriptors: vec![Descriptor {
+                    entries: [("user", "alice")].into_iter().collect(),
+                    ..Descriptor::default()
+                }]
+                .into(),
+                hits_addend: hits,
+            };
+            let response = limiter.should_rate_limit(&request).await.expect("decided");
+            admitted += usize::from(response.overall == Code::Ok);
+        }
+        admitted
+    }
+
+    async fn reproductions(store: Arc<dyn Store>) {
+        let live = Arc::new(ArcSwap::new(rules("requests_per_unit: 1000")));
+        let metrics = Metrics::new();
+        let limiter = RateLimiter::new(
+            live.clone(),
+            store,
+            Options::default(),
+            Arc::new(DecisionMetrics::new(&metrics)),
+        );
+        assert_eq!(admitted(&limiter, 10, 100).await, 100, "1000 admitted");
+        live.store(rules("requests_per_unit: 100"));
+        assert_eq!(
+            admitted(&limiter, 1, 10).await,
+            0,
+            "cut to 100/min: none more"
+        );
+        live.store(rules("requests_per_unit: 2000, precision: 1s"));
+        assert_eq!(
+            admitted(&limiter, 100, 12).await,
+            10,
+            "raised to 2000: 1000 more"
+        );
+        live.store(rules("requests_per_unit: 2000, precision: 2s"));
+        assert_eq!(
+            admitted(&limiter, 1, 5).await,
+            0,
+            "width 1s to 2s keeps the count"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_store() {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_800_000_000)));
+        reproductions(Arc::new(MemoryStore::new(clock))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis() {
+        let Some(server) = RedisServer::start() else {
+            return;
+        };
+        let store = RedisStore::connect(&redis_options(server.url()))
+            .await
+            .expect("connect");
+        reproductions(Arc::new(store)).await;
+    }
 }
