@@ -17,3 +17,4 @@ mod redis_health;
 mod reshard;
 mod sentinel;
 mod store;
+mod take_back;

@@ -58,8 +58,10 @@
 //! - a denied request consumes no quota once the compensation has run, a few hundred microseconds
 //!   later; during that moment its hits still count, so a concurrent request on those counters may
 //!   be denied although it would fit (spuriously denied, never spuriously admitted);
-//! - if the compensation itself fails (node down), those hits stay until they leave the window:
-//!   again over-counting, never under-counting.
+//! - if the compensation itself fails (node down) or misses its deadline (the store's timeout),
+//!   those hits stay until they leave the window: again over-counting, never under-counting. One
+//!   that reaches a slow node late takes off a bucket at most what that bucket still holds, so it
+//!   never removes the hits of requests admitted meanwhile.
 //!
 //! The deny cache needs a counter's full state to end only with time, and a compensation ends it
 //! early. So the hits of a cross-slot request also go to the counter's provisional log
@@ -469,11 +471,11 @@ impl RedisStore {
     ) {
         // Hits are numbered per key across the request (a counter may be named twice; a bucket
         // counter named twice took both in one bucket).
-        let mut per_key: Vec<(String, u64, Option<u64>)> = Vec::new();
+        let mut per_key: Vec<(String, u64, Option<u64>, usize)> = Vec::new();
         for &(i, bucket) in recorded {
-            match per_key.iter_mut().find(|(k, _, _)| *k == keys[i]) {
-                Some((_, hits, _)) => *hits += counters[i].hits,
-                None => per_key.push((keys[i].clone(), counters[i].hits, bucket)),
+            match per_key.iter_mut().find(|(k, ..)| *k == keys[i]) {
+                Some((_, hits, ..)) => *hits += counters[i].hits,
+                None => per_key.push((keys[i].clone(), counters[i].hits, bucket, i)),
             }
         }
         // From the counter, then from its provisional log, where a cross-slot part's hits also go.
@@ -483,10 +485,11 @@ impl RedisStore {
         // the bucket the script reported, from both hashes in one script.
         let removals: Vec<Vec<::redis::Cmd>> = per_key
             .into_iter()
-            .map(|(key, hits, bucket)| {
+            .map(|(key, hits, bucket, i)| {
                 let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
                 if let Some(bucket) = bucket {
-                    return vec![script::take_back_buckets(&key, &log, bucket, hits)];
+                    let cmd = script::take_back_buckets(&key, &log, bucket, hits, &counters[i]);
+                    return vec![cmd];
                 }
                 let members = script::members(id, hits);
                 let zrem = |key: &str| ::redis::cmd("ZREM").arg(key).arg(&members).clone();
@@ -495,6 +498,9 @@ impl RedisStore {
             .collect();
         let conn = conn.clone();
         let redactor = self.shared.redactor.clone();
+        // A deadline, so that a node that does not answer holds no task: the hits then expire
+        // with their window. One that answers late takes back no more than is still there.
+        let deadline = self.shared.timeout;
         let task = tokio::spawn(async move {
             let calls = removals.into_iter().map(|cmds| {
                 let mut conn = conn.clone();
@@ -505,7 +511,14 @@ impl RedisStore {
                     Ok::<_, RedisError>(())
                 }
             });
-            for result in join_all(calls).await {
+            let Ok(results) = tokio::time::timeout(deadline, join_all(calls)).await else {
+                tracing::warn!(
+                    ?deadline,
+                    "the take-back of a denied cross-slot request timed out; its hits expire with their window"
+                );
+                return;
+            };
+            for result in results {
                 if let Err(e) = result {
                     tracing::warn!(
                         error = %redactor.clean(&e.to_string()),
