@@ -284,6 +284,54 @@ local function bucket_fields(from, to)
   return fields
 end
 
+-- A range of buckets is read in chunks that start at 4 fields and double up to 64, so that a
+-- search for the next bucket holding hits reads about as many fields as it passes, not the whole
+-- range; and a range with more indexes than the hash has buckets is read as the whole hash instead
+-- (`HGETALL`, one field per bucket holding hits). A search thus reads at most about twice the
+-- fewer of the range's indexes and the counter's buckets, `span + 1` at the most, and, as the
+-- oldest bucket moves on, each index about once.
+local CHUNK_FIRST, CHUNK_MOST = 4, 64
+
+-- Calls `visit(index, hits)` for each bucket of `key` holding hits in `from ..= to`, oldest first,
+-- until it returns true (then returns true).
+local function buckets_scan(key, from, to, visit)
+  if to < from then
+    return false
+  end
+  if to - from + 1 > 2 * CHUNK_MOST and to - from + 1 > 2 * redis.call('HLEN', key) then
+    local fields = redis.call('HGETALL', key)
+    local found = {}
+    for f = 1, #fields, 2 do
+      local index = tonumber(fields[f])
+      if index and index >= from and index <= to then
+        found[#found + 1] = { index, tonumber(fields[f + 1]) }
+      end
+    end
+    table.sort(found, function(a, b)
+      return a[1] < b[1]
+    end)
+    for _, bucket in ipairs(found) do
+      if visit(bucket[1], bucket[2]) then
+        return true
+      end
+    end
+    return false
+  end
+  local start, size = from, CHUNK_FIRST
+  while start <= to do
+    local last = math.min(start + size - 1, to)
+    local hits = redis.call('HMGET', key, unpack(bucket_fields(start, last)))
+    for j = 1, #hits do
+      local h = tonumber(hits[j])
+      if h and visit(start + j - 1, h) then
+        return true
+      end
+    end
+    start, size = last + 1, math.min(2 * size, CHUNK_MOST)
+  end
+  return false
+end
+
 -- The counter's "now" from its oldest and newest bucket indexes (either may be nil): TIME, or
 -- the newest bucket's start if that is later. Never before the oldest bucket either, so that the
 -- buckets of the window (`oldest ..= current`) are never an empty range.
@@ -328,25 +376,27 @@ local function buckets_trim(key, width, span, meta)
     redis.call('DEL', key)
     return 0, nil, now
   end
-  local stale = bucket_fields(oldest, first - 1)
-  local hits = redis.call('HMGET', key, unpack(stale))
-  for j = 1, #stale do
-    total = total - (tonumber(hits[j]) or 0)
+  local stale = {}
+  buckets_scan(key, oldest, first - 1, function(index, hits)
+    total = total - hits
+    stale[#stale + 1] = bucket_field(index)
+    if #stale >= 256 then
+      redis.call('HDEL', key, unpack(stale))
+      stale = {}
+    end
+  end)
+  if #stale > 0 then
+    redis.call('HDEL', key, unpack(stale))
   end
-  redis.call('HDEL', key, unpack(stale))
   if total <= 0 then
     redis.call('DEL', key)
     return 0, nil, now
   end
-  local rest = bucket_fields(first, current)
-  hits = redis.call('HMGET', key, unpack(rest))
   oldest = current
-  for j = 1, #rest do
-    if tonumber(hits[j]) then
-      oldest = first + j - 1
-      break
-    end
-  end
+  buckets_scan(key, first, current, function(index)
+    oldest = index
+    return true
+  end)
   redis.call('HSET', key, 't', total, 'o', bucket_field(oldest))
   return total, oldest, at
 end
@@ -361,16 +411,15 @@ local function buckets_until_fits(key, oldest, excess, width, span, window, at)
   if first and first >= excess then
     return math.max(bucket_leaves(oldest, width, span) - now, 0)
   end
-  local fields = bucket_fields(oldest, math.max(oldest, math.floor(at / width)))
-  local hits = redis.call('HMGET', key, unpack(fields))
-  local seen = 0
-  for j = 1, #fields do
-    seen = seen + (tonumber(hits[j]) or 0)
+  local seen, fits = 0, window
+  buckets_scan(key, oldest, math.floor(at / width), function(index, hits)
+    seen = seen + hits
     if seen >= excess then
-      return math.max(bucket_leaves(oldest + j - 1, width, span) - now, 0)
+      fits = math.max(bucket_leaves(index, width, span) - now, 0)
+      return true
     end
-  end
-  return window
+  end)
+  return fits
 end
 
 -- Whether the provisional hash `log` (bucket index -> provisional hits, at most `span + 1` buckets

@@ -9,6 +9,7 @@ mod restartable_redis;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bucket_cost;
 mod carry;
 mod clock_steps;
 mod faults;
