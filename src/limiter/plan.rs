@@ -10,6 +10,7 @@ use crate::Scratch;
 use crate::config::{DomainRules, Limit, Precision, RuleMatch, Unit};
 use crate::store::Counter;
 use crate::store::key::CounterTag;
+use crate::store::work::work;
 
 /// What one descriptor resolved to before the store call.
 pub(super) enum Plan<'a> {
@@ -177,16 +178,12 @@ impl RateLimiter {
 }
 
 /// What a descriptor's counters cost of the request's hit budget ([`RequestLimits::max_hits`]):
-/// its hits on each exact log (at least 1, so the budget also bounds the number of counters and
-/// the store's work for one request), 1 for each bucket counter, whose cost does not grow with
-/// its hits.
+/// the store's work for each ([`work`]): its hits on each exact log (at least 1, so the budget
+/// also bounds the number of counters), its buckets per window plus one for a bucket counter,
+/// whatever its hits.
 pub(super) fn budget_cost(limits: &[Limit], hits: u64) -> u64 {
     limits.iter().fold(0u64, |sum, limit| {
-        let cost = match limit.precision {
-            Precision::Exact => hits.max(1),
-            Precision::Buckets(_) => 1,
-        };
-        sum.saturating_add(cost)
+        sum.saturating_add(work(limit.precision, limit.window(), hits))
     })
 }
 

@@ -53,6 +53,7 @@ pub mod clock;
 pub mod key;
 pub mod memory;
 pub mod redis;
+pub mod work;
 
 pub use self::redis::{
     ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisOptions, RedisStore,
