@@ -350,7 +350,7 @@ impl MemoryStore {
                 .sum();
             let series = map
                 .get_mut(&counter.key)
-                .map(|tally| tally.conform(counter).series_mut());
+                .map(|tally| tally.conform(counter, now).series_mut());
             let eval = evaluate(series, counter, now, pending);
             evals.push(eval);
         }

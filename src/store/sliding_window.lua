@@ -68,8 +68,9 @@ local out = { now, 0 }
 -- bucket width; its key is the same). The first decision that finds the key in another form
 -- reads it once, deletes it and writes it in the asked one, conservatively: every hit is placed
 -- at the latest instant it can have been admitted (a log's hit at its time, a bucket's at the
--- bucket's last microsecond), so it leaves no earlier than it really would have, and goes to the
--- bucket of that instant. Every hit is carried (a later reload may raise the limit again), so
+-- bucket's last microsecond, or the counter's "now" if that is earlier), so it leaves no earlier
+-- than it really would have, and goes to the bucket of that instant. Never later than "now": a
+-- hit placed ahead would move the counter's "now" on, and free other hits early. Every hit is carried (a later reload may raise the limit again), so
 -- writing a log costs one member per hit held: buckets holding more than `LOG_CARRY_MAX` hits go
 -- on as they are (the oldest bucket counted whole, which is stricter than the log) until they hold
 -- fewer. Writing buckets costs at most a field per bucket of the window.
@@ -78,9 +79,9 @@ local out = { now, 0 }
 -- default).
 local LOG_CARRY_MAX = 4096
 
--- The hits of `key` as it is stored, a log (`from` 0) or buckets of width `from`: a list of
--- {time, hits}, oldest first.
-local function carry_read(key, from)
+-- The hits of `key` as it is stored, a log (`from` 0) or buckets of width `from` whose "now" is
+-- `upto`: a list of {time, hits}, oldest first.
+local function carry_read(key, from, upto)
   local events = {}
   if from == 0 then
     local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
@@ -100,7 +101,7 @@ local function carry_read(key, from)
     local index = tonumber(fields[f])
     local hits = tonumber(fields[f + 1])
     if index and hits and hits > 0 then
-      events[#events + 1] = { (index + 1) * from - 1, hits }
+      events[#events + 1] = { math.min((index + 1) * from - 1, upto), hits }
     end
   end
   table.sort(events, function(a, b)
@@ -180,20 +181,22 @@ end
 -- `is_log`, else as buckets of the width in its field 'w', as a log (`width` 0) or buckets of
 -- `width`. A hash without 'w' holds nothing that can be placed in time, and goes.
 local function carry(key, log, is_log, window, width)
-  local from = 0
+  local from, upto = 0, now
   if not is_log then
-    from = tonumber(redis.call('HGET', key, 'w')) or 0
+    local meta = redis.call('HMGET', key, 'w', 'n')
+    from = tonumber(meta[1]) or 0
+    upto = math.max(now, (tonumber(meta[2]) or 0) * from)
   end
   local events = {}
   if is_log or from > 0 then
-    events = carry_read(key, from)
+    events = carry_read(key, from, upto)
   end
   redis.call('DEL', key)
   carry_write(key, events, window, width, true)
   if log and redis.call('EXISTS', log) == 1 then
     local provisional = {}
     if is_log or from > 0 then
-      provisional = carry_read(log, from)
+      provisional = carry_read(log, from, upto)
     end
     redis.call('DEL', log)
     carry_write(log, provisional, window, width, false)

@@ -291,3 +291,62 @@ mod through_the_limiter {
         reproductions(Arc::new(store)).await;
     }
 }
+
+/// Buckets carried into the log place each bucket's hits at its end or at the counter's "now",
+/// whichever is earlier: placed ahead, the newest would move the log's "now" on and free hits
+/// that are still in the window. Here a hit late in bucket `j` and one early in bucket `j + 2`
+/// (buckets of half the window: `j` still counts whole) are 0.6 s apart when the log is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_carries_buckets_into_the_log_without_moving_its_clock() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&redis_options(server.url()))
+        .await
+        .expect("connect");
+    let (w, g) = (Duration::from_secs(1), Duration::from_millis(500));
+    let c = |precision, hits| Counter {
+        key: CounterKey::new("carry", [("k", "clock")], w),
+        limit: 2,
+        window: w,
+        hits,
+        shadow: false,
+        precision,
+    };
+    let redis_micros = || {
+        let time = server.cli(&["TIME"]);
+        let mut parts = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
+        parts.next().expect("secs") * 1_000_000 + parts.next().expect("micros")
+    };
+    let g_us = g.as_micros() as u64;
+    // Late in a bucket: 450 ms into it.
+    let into = redis_micros() % g_us;
+    let wait = (450_000 + g_us - into) % g_us;
+    tokio::time::sleep(Duration::from_micros(wait)).await;
+    let buckets = Precision::Buckets(g);
+    assert!(
+        store
+            .decide(&[c(buckets, 1)])
+            .await
+            .expect("decide")
+            .allowed
+    );
+    // Early in the bucket after next.
+    let into = redis_micros() % g_us;
+    tokio::time::sleep(Duration::from_micros(g_us - into + g_us + 20_000)).await;
+    assert!(
+        store
+            .decide(&[c(buckets, 1)])
+            .await
+            .expect("decide")
+            .allowed
+    );
+    let d = store
+        .decide(&[c(Precision::Exact, 1)])
+        .await
+        .expect("decide");
+    assert!(
+        !d.allowed && d.counters[0].count == 2,
+        "both hits are in the window: {d:?}"
+    );
+}

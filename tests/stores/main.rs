@@ -13,6 +13,7 @@ mod bucket_cost;
 mod carry;
 mod clock_steps;
 mod faults;
+mod interleavings;
 mod precision;
 mod redis_health;
 mod reshard;
