@@ -20,7 +20,7 @@ enum Step {
     /// The rules change: the counter's limit and precision from now on.
     Reload { limit: u64, precision: Precision },
     /// The clock steps back by this many microseconds (true time does not).
-    StepBack { by: u64 },
+    ClockBack { by: u64 },
 }
 
 fn precision() -> impl Strategy<Value = Precision> {
@@ -37,7 +37,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         8 => (0..W / 4, 0..4u64).prop_map(|(after, hits)| Step::Request { after, hits }),
         2 => (1..10u64, precision()).prop_map(|(limit, precision)| Step::Reload { limit, precision }),
-        1 => (1..W).prop_map(|by| Step::StepBack { by }),
+        1 => (1..W).prop_map(|by| Step::ClockBack { by }),
     ]
 }
 
@@ -60,7 +60,7 @@ proptest! {
         for step in steps {
             match step {
                 Step::Reload { limit: l, precision: p } => (limit, precision) = (l, p),
-                Step::StepBack { by } => offset += by,
+                Step::ClockBack { by } => offset += by,
                 Step::Request { after, hits } => {
                     now += after;
                     // The clock never goes before the store's creation.
