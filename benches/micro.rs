@@ -114,7 +114,7 @@ fn key(c: &mut Criterion) {
         b.iter(|| {
             client
                 .tag([black_box("0-4711")].into_iter())
-                .counter_key(window, Precision::Exact)
+                .counter_key(window)
         })
     });
     let user_path = TagTemplate::new("edge")
@@ -124,7 +124,7 @@ fn key(c: &mut Criterion) {
         b.iter(|| {
             user_path
                 .tag([black_box("alice"), black_box("/api/v1/orders")].into_iter())
-                .counter_key(window, Precision::Exact)
+                .counter_key(window)
         })
     });
     let remote_address = TagTemplate::new("edge").with_key("remote_address");
@@ -132,7 +132,7 @@ fn key(c: &mut Criterion) {
         b.iter(|| {
             remote_address
                 .tag([black_box("2001:db8::1 {x}")].into_iter())
-                .counter_key(window, Precision::Exact)
+                .counter_key(window)
         })
     });
 
@@ -153,10 +153,7 @@ fn key(c: &mut Criterion) {
     group.bench_function("template_2_windows", |b| {
         b.iter(|| {
             let mut tag = user_path.tag([black_box("alice"), black_box("/login")].into_iter());
-            [
-                tag.counter_key(window, Precision::Exact),
-                tag.counter_key(minute, Precision::Exact),
-            ]
+            [tag.counter_key(window), tag.counter_key(minute)]
         })
     });
     group.finish();
@@ -242,12 +239,7 @@ fn memory_store(c: &mut Criterion) {
                     (0..descriptors)
                         .map(|p| {
                             let value = format!("{p}-{i}");
-                            let key = CounterKey::of(
-                                "bench",
-                                [("client", value.as_str())],
-                                hour,
-                                precision,
-                            );
+                            let key = CounterKey::new("bench", [("client", value.as_str())], hour);
                             Counter {
                                 precision,
                                 ..counter(key, 10_000, hour)

@@ -456,19 +456,12 @@ descriptors:
     fn keys_both_ways(set: &RuleSet, domain: &str, entries: &[(&str, &str)]) -> [Vec<String>; 2] {
         let rules = set.domain(domain).expect("a configured domain");
         let m = rules.match_entries(entries).expect("a match");
-        let windows: Vec<_> = m
-            .rule
-            .limits
-            .iter()
-            .map(|limit| (limit.window(), limit.precision))
-            .collect();
+        let windows: Vec<_> = m.rule.limits.iter().map(|limit| limit.window()).collect();
         let mut tag = m.counter_tag();
-        let from_tag = windows
+        let from_tag = windows.iter().map(|&w| tag.counter_key(w).to_string());
+        let from_scratch = windows
             .iter()
-            .map(|&(w, p)| tag.counter_key(w, p).to_string());
-        let from_scratch = windows.iter().map(|&(w, p)| {
-            CounterKey::of(domain, m.counter_entries.iter().copied(), w, p).to_string()
-        });
+            .map(|&w| CounterKey::new(domain, m.counter_entries.iter().copied(), w).to_string());
         [from_tag.collect(), from_scratch.collect()]
     }
 

@@ -208,7 +208,7 @@ impl RateLimiter {
         for limit in limits {
             let window = limit.window();
             counters.push(Counter {
-                key: tag.counter_key(window, limit.precision),
+                key: tag.counter_key(window),
                 limit: limit.requests_per_unit,
                 window,
                 hits: stored_hits(kind, limit, hits),

@@ -9,6 +9,7 @@ use super::{Descriptor, LimitOverride, RateLimiter, Request};
 use crate::Scratch;
 use crate::config::{DomainRules, Limit, Precision, RuleMatch, Unit};
 use crate::store::key::CounterTag;
+use crate::store::work::work;
 use crate::store::{Counter, HitKind};
 
 /// What one descriptor resolved to before the store call.
@@ -199,15 +200,19 @@ impl RateLimiter {
 }
 
 /// What a descriptor's counters cost of the request's hit budget ([`RequestLimits::max_hits`]):
-/// the hits it stores on each exact log (at least 1, so the budget also bounds the number of
-/// counters and the store's work for one request; a charge stores at most `limit + 1`), 1 for
-/// each bucket counter, whose cost does not grow with its hits, and 1 for each counter that
-/// hits are returned to (taking back costs at most what was stored, which paid already).
+/// the store's work for each ([`work`]): the hits it stores on each exact log (at least 1, so the
+/// budget also bounds the number of counters; a charge stores at most `limit + 1`), its buckets
+/// per window plus one for a bucket counter, whatever its hits, and 1 for each counter that hits
+/// are returned to (taking back costs at most what was stored, which paid already).
 pub(super) fn budget_cost(limits: &[Limit], hits: u64, kind: HitKind) -> u64 {
     limits.iter().fold(0u64, |sum, limit| {
-        let cost = match (limit.precision, kind) {
-            (_, HitKind::Returned) | (Precision::Buckets(_), _) => 1,
-            (Precision::Exact, _) => super::stored_hits(kind, limit, hits).max(1),
+        let cost = match kind {
+            HitKind::Returned => 1,
+            _ => work(
+                limit.precision,
+                limit.window(),
+                super::stored_hits(kind, limit, hits),
+            ),
         };
         sum.saturating_add(cost)
     })

@@ -23,12 +23,12 @@ pub struct RequestLimits {
     /// Longest domain and key (longer: refused); a longer value is counted under its SHA-256
     /// digest instead of its text, so a counter's key stays small and the limit still holds.
     pub max_value_bytes: usize,
-    /// Most hits one request may add to counters kept as exact logs, summed over them (a log
-    /// checked with 0 hits, and every bucket counter, counts as 1). A sliding log keeps every hit
-    /// (one sorted-set member each in Redis), so this bounds what one request costs the store. A
-    /// bucket counter adds any number of hits in one field at the same cost, so its hits are free
-    /// (its limit still bounds what is admitted). A limited descriptor past the budget is
-    /// `OVER_LIMIT` without being counted, and nothing of the denied request is recorded.
+    /// What one request may cost the store, summed over its counters as `store::work` counts
+    /// it: a log its hits (a check 1), since it keeps every hit (one sorted-set member each in
+    /// Redis); a bucket counter its buckets per window plus one, the most a decision reads of it,
+    /// whatever its hits (its limit still bounds what is admitted). A limited descriptor past the
+    /// budget is `OVER_LIMIT` without being counted, and nothing of the denied request is
+    /// recorded.
     pub max_hits: u64,
 }
 

@@ -542,12 +542,13 @@ async fn hits_over_the_budget_deny_and_record_nothing() {
 async fn bucket_hits_are_free_of_the_budget() {
     let f = fixture(Options {
         limits: RequestLimits {
-            max_hits: 4,
+            max_hits: 64,
             ..RequestLimits::default()
         },
         ..Options::default()
     });
-    // 50,000 hits on a bucket counter cost 1, so 3 more on an exact log fit the budget of 4.
+    // 50,000 hits on a bucket counter of 60 buckets cost 61, so 3 more on an exact log fit the
+    // budget of 64.
     let mut tokens = desc(&[("tokens", "t")]);
     tokens.hits_addend = Some(50_000);
     let mut user = desc(&[("user", "t")]);
@@ -556,7 +557,7 @@ async fn bucket_hits_are_free_of_the_budget() {
     assert_eq!(r.overall, Code::Ok);
     assert_eq!(r.statuses[0].limit_remaining, 50_000);
     assert_eq!(r.statuses[1].limit_remaining, 0);
-    // The bucket counter still counts 1 of the budget: with 4 hits on the log, the request is
+    // The bucket counter still counts 61 of the budget: with 4 hits on the log, the request is
     // over it, denied, and records nothing on either.
     let mut other = desc(&[("user", "u")]);
     other.hits_addend = Some(4);

@@ -50,8 +50,8 @@ pub struct RequestSettings {
     /// (`hits_addend`, `x-ratelimit-hits`; a log checked with 0 hits counts 1). A sliding log
     /// stores every hit, so this bounds the store's work for one request (and for one Redis script
     /// call). Limits kept as buckets (`precision`) take any number of hits, each bucket counter
-    /// counting 1: a bucket adds them in one count, at the same cost. A limited descriptor past it
-    /// is answered over limit, and the request records nothing.
+    /// counting its buckets per window plus one, the most a decision reads of it. A limited
+    /// descriptor past it is answered over limit, and the request records nothing.
     #[arg(long, env = "SLIDEGATE_MAX_HITS", default_value_t = RequestLimits::default().max_hits)]
     pub max_hits: u64,
     /// Largest HTTP request body, in bytes (larger: 413).

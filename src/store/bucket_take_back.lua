@@ -1,24 +1,45 @@
 -- slidegate: takes back the hits of a denied cross-slot request from one bucket counter (cluster).
 --
--- KEYS[1]  the counter's hash (bucket index -> hits, 't' -> their sum; see sliding_window.lua)
+-- KEYS[1]  the counter's hash (bucket index -> hits, 't' -> their sum, 'w' -> the bucket width;
+--          see sliding_window.lua)
 -- KEYS[2]  its provisional hash (bucket index -> provisional hits)
 -- ARGV[1]  the bucket the script recorded the request's hits in (it reported the index)
 -- ARGV[2]  the request's hits on this counter
+-- ARGV[3]  the bucket width the request was decided with (microseconds)
 --
--- A bucket left empty is deleted, and the whole counter when it holds no hits; 'o' may then name
--- an empty bucket, which the script reads as "at or before the oldest". A counter that expired
--- meanwhile is left alone.
-local field, hits = ARGV[1], tonumber(ARGV[2])
-if redis.call('EXISTS', KEYS[2]) == 1 and redis.call('HINCRBY', KEYS[2], field, -hits) <= 0 then
-  redis.call('HDEL', KEYS[2], field)
+-- Takes off at most what the bucket still holds: a bucket that left the window meanwhile took the
+-- request's hits with it, and the hits of other requests, in that bucket or any other, stay. A
+-- counter carried over into another representation meanwhile (a reload) no longer has the
+-- request's bucket, and is left alone: its hits then expire with the window, which over-counts
+-- and never over-admits. A bucket left empty is deleted, and the whole counter once its total
+-- says it holds no hits; 'o' may then name an empty bucket, which the script reads as "at or
+-- before the oldest".
+local field, hits, width = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+-- Takes up to `hits` off `field` of `key`; returns what it took.
+local function take(key)
+  local held = tonumber(redis.call('HGET', key, field)) or 0
+  local taken = math.min(hits, held)
+  if taken <= 0 then
+    return 0
+  end
+  if held - taken <= 0 then
+    redis.call('HDEL', key, field)
+  else
+    redis.call('HINCRBY', key, field, -taken)
+  end
+  return taken
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+
+local meta = redis.pcall('HMGET', KEYS[1], 'w')
+if meta.err or (meta[1] and tonumber(meta[1]) ~= width) then
   return 0
 end
-if redis.call('HINCRBY', KEYS[1], field, -hits) <= 0 then
-  redis.call('HDEL', KEYS[1], field)
+if redis.pcall('TYPE', KEYS[2]).ok == 'hash' then
+  take(KEYS[2])
 end
-if redis.call('HINCRBY', KEYS[1], 't', -hits) <= 0 then
+local taken = take(KEYS[1])
+if taken > 0 and redis.call('HINCRBY', KEYS[1], 't', -taken) <= 0 then
   redis.call('DEL', KEYS[1])
 end
-return 0
+return taken

@@ -6,9 +6,11 @@
 //! tag braces `{`/`}`, whitespace, controls and non-ASCII escaped, so the separators that remain are
 //! unambiguous.
 //!
-//! The form is `{domain:k1=v1:k2=v2}W` where `W` is the window in milliseconds, followed for a
-//! bucket counter by `b` and the bucket width in microseconds (`{api:user=alice}86400000b1440000000`),
-//! so that the two representations of one window never share a key. The braces make the
+//! The form is `{domain:k1=v1:k2=v2}W` where `W` is the window in milliseconds
+//! (`{api:user=alice}86400000`). The representation (exact log or buckets of a width) is not part
+//! of it, as envoyproxy/ratelimit keys a counter by its entries and window only: a descriptor has
+//! one counter per window whatever precision a rule or a limit override asks for, and a reload that
+//! changes the precision carries the counter's hits over instead of starting a new one. The braces make the
 //! domain and entries a Redis Cluster hash tag: all windows of one descriptor land on one slot, so
 //! several limits on one descriptor stay atomic even in a cluster. Because `{` and `}` never occur
 //! inside the tag, the tag is always exactly that part, whatever the values.
@@ -28,8 +30,6 @@ use std::time::Duration;
 
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
-use super::Precision;
-
 /// Bytes escaped in key components (plus all non-ASCII, which `percent_encoding` always escapes).
 /// [`is_plain`] is its complement and must change with it.
 const ESCAPED: &AsciiSet = &CONTROLS
@@ -41,8 +41,7 @@ const ESCAPED: &AsciiSet = &CONTROLS
     .add(b' ');
 
 /// Room reserved after a tag for the window's digits (`u128::MAX` has 39; a window of 100 years
-/// and a bucket width with its `b` take 27), so that deriving a
-/// counter key never grows the buffer.
+/// takes 13), so that deriving a counter key never grows the buffer.
 const WINDOW_DIGITS: usize = 39;
 
 /// The encoded identity of one counter. Cheap to clone.
@@ -57,17 +56,7 @@ impl CounterKey {
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
         window: Duration,
     ) -> Self {
-        CounterKey::of(domain, entries, window, Precision::Exact)
-    }
-
-    /// Like [`CounterKey::new`], for a counter of either representation.
-    pub fn of<'a>(
-        domain: &str,
-        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
-        window: Duration,
-        precision: Precision,
-    ) -> Self {
-        CounterTag::new(domain, entries).counter_key(window, precision)
+        CounterTag::new(domain, entries).counter_key(window)
     }
 
     /// The encoded form, e.g. `{api:user=alice}60000`.
@@ -180,17 +169,14 @@ impl CounterTag {
         &self.text[..self.tag_len]
     }
 
-    /// The key of this descriptor's counter for `window`: the tag and the window in milliseconds
-    /// (and for buckets `b` and their width in microseconds). Takes `&mut self` because the digits
+    /// The key of this descriptor's counter for `window`: the tag and the window in
+    /// milliseconds, whatever the counter's representation. Takes `&mut self` because the digits
     /// are written after the tag in the tag's own buffer, so the key costs one allocation (its
     /// `Arc<str>`) and no intermediate `String`.
-    pub fn counter_key(&mut self, window: Duration, precision: Precision) -> CounterKey {
+    pub fn counter_key(&mut self, window: Duration) -> CounterKey {
         self.text.truncate(self.tag_len);
         // Writing to a String cannot fail.
         let _ = write!(self.text, "{}", window.as_millis());
-        if let Precision::Buckets(width) = precision {
-            let _ = write!(self.text, "b{}", width.as_micros());
-        }
         CounterKey(Arc::from(self.text.as_str()))
     }
 }
@@ -258,18 +244,13 @@ mod tests {
         let mut tag = template.tag(["a b", "/login"].into_iter());
         assert_eq!(tag.as_str(), "{api:user=a%20b:path=/login}");
         assert_eq!(
-            tag.counter_key(MIN, Precision::Exact).as_str(),
+            tag.counter_key(MIN).as_str(),
             "{api:user=a%20b:path=/login}60000"
         );
-        let second = tag.counter_key(Duration::from_secs(1), Precision::Exact);
+        let second = tag.counter_key(Duration::from_secs(1));
         assert_eq!(second.as_str(), "{api:user=a%20b:path=/login}1000");
         assert_eq!(tag.as_str(), "{api:user=a%20b:path=/login}");
-        let buckets = tag.counter_key(MIN, Precision::Buckets(Duration::from_secs(1)));
-        assert_eq!(
-            buckets.as_str(),
-            "{api:user=a%20b:path=/login}60000b1000000"
-        );
-        assert_eq!(buckets.hash_tag(), second.hash_tag());
+        assert_eq!(tag.counter_key(MIN).hash_tag(), second.hash_tag());
     }
 
     /// Pins the escaped set byte by byte, as keys in production were written: printable ASCII
@@ -345,8 +326,8 @@ mod tests {
                 let expected = reference(&domain, &entries, window);
                 let new = CounterKey::new(&domain, borrowed(), window);
                 prop_assert_eq!(new.as_str(), expected.as_str());
-                prop_assert_eq!(from_template.counter_key(window, Precision::Exact), new.clone());
-                prop_assert_eq!(from_scratch.counter_key(window, Precision::Exact), new);
+                prop_assert_eq!(from_template.counter_key(window), new.clone());
+                prop_assert_eq!(from_scratch.counter_key(window), new);
             }
         }
     }

@@ -33,6 +33,9 @@
 //!
 //! The clock is injected. If it steps backwards, a counter keeps to its newest hit's time until the
 //! clock catches up, so a log never goes out of order and nothing is admitted twice.
+//!
+//! A counter's key does not name its representation: a decision that finds a counter in another
+//! one than its rule asks for (after a reload) carries its hits over ([`carry`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
@@ -50,6 +53,7 @@ use crate::Scratch;
 use buckets::Buckets;
 
 mod buckets;
+mod carry;
 
 /// Number of independently locked maps. A power of two well above the core count keeps contention
 /// negligible; each shard costs one small map.
@@ -371,7 +375,9 @@ impl MemoryStore {
                 .filter(|(c, e)| c.key == counter.key && records(c, e.over, true))
                 .map(|(c, _)| c.hits)
                 .sum();
-            let series = map.get_mut(&counter.key).map(Tally::series_mut);
+            let series = map
+                .get_mut(&counter.key)
+                .map(|tally| tally.conform(counter, now).series_mut());
             let eval = evaluate(series, counter, now, pending);
             evals.push(eval);
         }
@@ -738,7 +744,7 @@ mod tests {
         let precision = Precision::automatic(10_000_000, day);
         assert_eq!(precision, Precision::Buckets(24 * 60 * SEC));
         let c = Counter {
-            key: CounterKey::of("test", [("k", "tenant")], day, precision),
+            key: CounterKey::new("test", [("k", "tenant")], day),
             precision,
             ..counter("tenant", 10_000_000, day, 1)
         };

@@ -29,8 +29,8 @@
 //! Time has microsecond resolution. The window is `(t - W, t]`: a hit recorded at `s` counts until
 //! `s + W` and is gone at that instant.
 //!
-//! A counter is an exact log or buckets ([`Precision`], resolved per limit when the rules load and
-//! part of the counter's key). Buckets of width `g` (`W = B * g`) split time at multiples of `g`
+//! A counter is an exact log or buckets ([`Precision`], resolved per limit when the rules load;
+//! not part of the counter's key). Buckets of width `g` (`W = B * g`) split time at multiples of `g`
 //! (of the store's clock); "the hits already admitted in `(t - W, t]`" above becomes "the hits of
 //! every bucket that overlaps `(t - W, t]`", the oldest bucket counted whole: a hit recorded at `s`
 //! counts from `s` until the end of its bucket plus `W`, so for somewhere between `W` and `W + g`.
@@ -71,6 +71,7 @@ pub mod clock;
 pub mod key;
 pub mod memory;
 pub mod redis;
+pub mod work;
 
 pub use self::redis::{
     ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisOptions, RedisStore,
@@ -81,8 +82,10 @@ pub use key::CounterKey;
 pub use memory::MemoryStore;
 
 /// How a counter remembers the hits of its window. Resolved once per limit when the rules are
-/// loaded (`precision` in YAML, or [`Precision::automatic`]); part of the counter's key, so a
-/// change of representation starts a new counter instead of reading the other's data.
+/// loaded (`precision` in YAML, or [`Precision::automatic`]). Not part of the counter's key: a
+/// store that finds a counter in another representation than the one asked carries its hits over
+/// (each placed at the latest instant it can have been admitted), so a reload that changes the
+/// precision keeps what was counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Precision {
     /// The sliding log: the time of every admitted hit. Exact; memory grows with the hits held.
@@ -94,8 +97,9 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// Most buckets per window: a decision reads every bucket of the window (a Redis hash of up to
-    /// this many fields), so the bound keeps a request's cost and a counter's memory small. Redis
+    /// Most buckets per window: a decision reads at most about this many fields of a counter (a
+    /// Redis hash of up to this many buckets; usually a few, see `sliding_window.lua`), so the
+    /// bound keeps a request's cost and a counter's memory small. Redis
     /// keeps up to 128 fields as a compact listpack (about 11 bytes per bucket), more as a hash
     /// table of about 64 bytes per bucket: 64 KB for 1000.
     pub const MAX_BUCKETS: u64 = 1000;

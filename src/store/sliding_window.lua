@@ -14,6 +14,12 @@
 -- they had come in separate calls. Redis runs a script atomically and (7.0) replicates its
 -- effects, so reading TIME is safe.
 --
+-- Each counter has its own "now": TIME, or the counter's newest hit (its newest bucket's start)
+-- if that is later. A counter written under a clock ahead of this one (an NTP step back, a
+-- failover to a node whose clock is behind) is so trimmed as of its newest hit, which no later
+-- than the moment it really happened, and records after it: the counter never goes back in
+-- time, never errors, and frees nothing early. Waits are reported in this server's clock.
+--
 -- ARGV[1]   the number of requests
 -- ARGV[2]   '1' if each counter's provisional log follows its request's keys (cluster), else '0'
 -- ARGV[3]   the call's deadline in this server's clock (microseconds of TIME), '0' for none: a
@@ -60,6 +66,155 @@ local tracked = ARGV[2] == '1'
 -- The reply's header, then each request's answer.
 local out = { now, 0 }
 
+-- Carrying a counter across a change of representation (the rules changed its precision or
+-- bucket width; its key is the same). The first decision that finds the key in another form
+-- reads it once, deletes it and writes it in the asked one, conservatively: every hit is placed
+-- at the latest instant it can have been admitted (a log's hit at its time, a bucket's at the
+-- bucket's last microsecond, or the counter's "now" if that is earlier), so it leaves no earlier
+-- than it really would have, and goes to the bucket of that instant. Never later than "now": a
+-- hit placed ahead would move the counter's "now" on, and free other hits early. Every hit is carried (a later reload may raise the limit again), so
+-- writing a log costs one member per hit held: buckets holding more than `LOG_CARRY_MAX` hits go
+-- on as they are (the oldest bucket counted whole, which is stricter than the log) until they hold
+-- fewer. Writing buckets costs at most a field per bucket of the window.
+
+-- The most hits carried into a log at once: what one request may add to logs (`--max-hits`'s
+-- default).
+local LOG_CARRY_MAX = 4096
+
+-- The hits of `key` as it is stored, a log (`from` 0) or buckets of width `from` whose "now" is
+-- `upto`: a list of {time, hits}, oldest first.
+local function carry_read(key, from, upto)
+  local events = {}
+  if from == 0 then
+    local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    for j = 2, #entries, 2 do
+      local time = tonumber(entries[j])
+      local last = events[#events]
+      if last and last[1] == time then
+        last[2] = last[2] + 1
+      else
+        events[#events + 1] = { time, 1 }
+      end
+    end
+    return events
+  end
+  local fields = redis.call('HGETALL', key)
+  for f = 1, #fields, 2 do
+    local index = tonumber(fields[f])
+    local hits = tonumber(fields[f + 1])
+    if index and hits and hits > 0 then
+      events[#events + 1] = { math.min((index + 1) * from - 1, upto), hits }
+    end
+  end
+  table.sort(events, function(a, b)
+    return a[1] < b[1]
+  end)
+  return events
+end
+
+-- Writes `events` ({time, hits}, oldest first) to `key` as a log (`width` 0) or buckets of
+-- `width`, with the expiry the script gives such a counter; a counter's hash (`counter`, not a
+-- provisional one) with its fields 't', 'o', 'n' and 'w'.
+local function carry_write(key, events, window, width, counter)
+  if #events == 0 then
+    return
+  end
+  local newest = events[#events][1]
+  local args, ttl = {}, 0
+  local function flush(command)
+    if #args > 0 then
+      redis.call(command, key, unpack(args))
+      args = {}
+    end
+  end
+  if width == 0 then
+    for _, event in ipairs(events) do
+      for j = 1, event[2] do
+        args[#args + 1] = string.format('%d', event[1])
+        args[#args + 1] = string.format('~%d:%d', event[1], j)
+        if #args >= 512 then
+          flush('ZADD')
+        end
+      end
+    end
+    flush('ZADD')
+    ttl = newest + window - now
+  else
+    local counts, order = {}, {}
+    for _, event in ipairs(events) do
+      local index = math.floor(event[1] / width)
+      if not counts[index] then
+        order[#order + 1] = index
+        counts[index] = 0
+      end
+      counts[index] = counts[index] + event[2]
+    end
+    local total = 0
+    for _, index in ipairs(order) do
+      total = total + counts[index]
+      args[#args + 1] = string.format('%d', index)
+      args[#args + 1] = string.format('%d', counts[index])
+      if #args >= 512 then
+        flush('HSET')
+      end
+    end
+    local last = order[#order]
+    if not counter then
+      flush('HSET')
+    end
+    args[#args + 1] = 't'
+    args[#args + 1] = string.format('%d', total)
+    args[#args + 1] = 'o'
+    args[#args + 1] = string.format('%d', order[1])
+    args[#args + 1] = 'n'
+    args[#args + 1] = string.format('%d', last)
+    args[#args + 1] = 'w'
+    args[#args + 1] = string.format('%d', width)
+    if counter then
+      flush('HSET')
+    end
+    args = {}
+    ttl = (last + window / width + 1) * width - now
+  end
+  redis.call('PEXPIRE', key, math.max(math.ceil(ttl / 1000), 1))
+end
+
+-- Rewrites the counter `key` (and its provisional log `log`, if any), stored as a log when
+-- `is_log`, else as buckets of the width in its field 'w', as a log (`width` 0) or buckets of
+-- `width`. A hash without 'w' holds nothing that can be placed in time, and goes.
+local function carry(key, log, is_log, window, width)
+  local from, upto = 0, now
+  if not is_log then
+    local meta = redis.call('HMGET', key, 'w', 'n')
+    from = tonumber(meta[1]) or 0
+    upto = math.max(now, (tonumber(meta[2]) or 0) * from)
+  end
+  local events = {}
+  if is_log or from > 0 then
+    events = carry_read(key, from, upto)
+  end
+  redis.call('DEL', key)
+  carry_write(key, events, window, width, true)
+  if log and redis.call('EXISTS', log) == 1 then
+    local provisional = {}
+    if is_log or from > 0 then
+      provisional = carry_read(log, from, upto)
+    end
+    redis.call('DEL', log)
+    carry_write(log, provisional, window, width, false)
+  end
+end
+
+-- Whether the provisional log `log` has another representation than its counter (its counter
+-- expired before it was carried): then it no longer tells anything, and goes.
+local function stray(log, reply)
+  if type(reply) == 'table' and reply.err then
+    redis.call('DEL', log)
+    return true
+  end
+  return false
+end
+
 -- Time at which the k-th oldest hit of `key` leaves the window, or nil if it holds fewer.
 local function dropped_at(key, k, window)
   local entry = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
@@ -69,13 +224,34 @@ local function dropped_at(key, k, window)
   return nil
 end
 
--- Whether the provisional log `log` holds hits in the window (only tracked in a cluster).
-local function has_provisional(log, window)
-  if not log then
+-- Whether the provisional log `log` holds hits in the window as of `at` (only tracked in a
+-- cluster).
+local function has_provisional(log, window, at)
+  if not log or stray(log, redis.pcall('ZREMRANGEBYSCORE', log, '-inf', at - window)) then
     return false
   end
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
   return redis.call('ZCARD', log) > 0
+end
+
+-- The form of a counter asked for as a log, and its "now": 0 and TIME, or its newest hit if a
+-- clock ahead of this one recorded it. A counter kept as buckets until now is carried over into
+-- the log first, unless it holds more than `LOG_CARRY_MAX` hits: then it is decided as those
+-- buckets, and this returns their width (and no "now": the bucket path finds it).
+local function log_form(key, log, window)
+  local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest.err then
+    local meta = redis.call('HMGET', key, 't', 'w')
+    local width = tonumber(meta[2]) or 0
+    if width > 0 and (tonumber(meta[1]) or 0) > LOG_CARRY_MAX and window % width == 0 then
+      return width, nil
+    end
+    carry(key, log, false, window, 0)
+    newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  end
+  if newest[2] then
+    return 0, math.max(now, tonumber(newest[2]))
+  end
+  return 0, now
 end
 
 local function until_fits(key, excess, window)
@@ -88,11 +264,12 @@ end
 
 -- Bucket counters. `span` buckets of `width` make the window; at `now` the buckets
 -- `floor(now / width) - span ..= floor(now / width)` count (the oldest overlaps the window). Besides
--- the buckets, the hash keeps 't', the hits of the buckets it holds, and 'o', the index of its
--- oldest bucket (at or before it after a compensation): a decision reads those two fields, and
--- the buckets themselves only as they leave the window or when it needs the oldest ones' hits.
--- Every bucket is within `span` of 'o' (trimming runs before each record), so a range of buckets
--- is at most `span + 1` fields.
+-- the buckets, the hash keeps 't', the hits of the buckets it holds, 'o', the index of its
+-- oldest bucket (at or before it after a compensation), and 'n', the index of its newest (the
+-- counter's clock, see above): a decision reads those three fields, and the buckets themselves
+-- only as they leave the window or when it needs the oldest ones' hits. Every bucket is within
+-- `span` of 'o' (trimming runs before each record), so a range of buckets is at most `span + 1`
+-- fields. `at` below is the counter's "now".
 
 local function bucket_field(index)
   return string.format('%d', index)
@@ -112,50 +289,126 @@ local function bucket_fields(from, to)
   return fields
 end
 
--- Deletes the buckets of `key` that left the window; returns the hits of the others and the index
--- of the oldest of them (nil when none is left).
-local function buckets_trim(key, width, span)
-  local meta = redis.call('HMGET', key, 't', 'o')
+-- A range of buckets is read in chunks that start at 4 fields and double up to 64, so that a
+-- search for the next bucket holding hits reads about as many fields as it passes, not the whole
+-- range; and a range with more indexes than the hash has buckets is read as the whole hash instead
+-- (`HGETALL`, one field per bucket holding hits). A search thus reads at most about twice the
+-- fewer of the range's indexes and the counter's buckets, `span + 1` at the most, and, as the
+-- oldest bucket moves on, each index about once.
+local CHUNK_FIRST, CHUNK_MOST = 4, 64
+
+-- Calls `visit(index, hits)` for each bucket of `key` holding hits in `from ..= to`, oldest first,
+-- until it returns true (then returns true).
+local function buckets_scan(key, from, to, visit)
+  if to < from then
+    return false
+  end
+  if to - from + 1 > 2 * CHUNK_MOST and to - from + 1 > 2 * redis.call('HLEN', key) then
+    local fields = redis.call('HGETALL', key)
+    local found = {}
+    for f = 1, #fields, 2 do
+      local index = tonumber(fields[f])
+      if index and index >= from and index <= to then
+        found[#found + 1] = { index, tonumber(fields[f + 1]) }
+      end
+    end
+    table.sort(found, function(a, b)
+      return a[1] < b[1]
+    end)
+    for _, bucket in ipairs(found) do
+      if visit(bucket[1], bucket[2]) then
+        return true
+      end
+    end
+    return false
+  end
+  local start, size = from, CHUNK_FIRST
+  while start <= to do
+    local last = math.min(start + size - 1, to)
+    local hits = redis.call('HMGET', key, unpack(bucket_fields(start, last)))
+    for j = 1, #hits do
+      local h = tonumber(hits[j])
+      if h and visit(start + j - 1, h) then
+        return true
+      end
+    end
+    start, size = last + 1, math.min(2 * size, CHUNK_MOST)
+  end
+  return false
+end
+
+-- The counter's "now" from its oldest and newest bucket indexes (either may be nil): TIME, or
+-- the newest bucket's start if that is later. Never before the oldest bucket either, so that the
+-- buckets of the window (`oldest ..= current`) are never an empty range.
+local function buckets_now(oldest, newest, width)
+  local at = now
+  if newest then
+    at = math.max(at, newest * width)
+  end
+  if oldest then
+    at = math.max(at, oldest * width)
+  end
+  return at
+end
+
+-- The fields 't', 'o' and 'n' of the bucket counter `key` (see above), after carrying it over
+-- into buckets of `width` if it was a log or buckets of another width ('w').
+local function buckets_meta(key, log, window, width)
+  local meta = redis.pcall('HMGET', key, 't', 'o', 'n', 'w')
+  local is_log = meta.err ~= nil
+  if is_log or (meta[4] and tonumber(meta[4]) ~= width) then
+    carry(key, log, is_log, window, width)
+    meta = redis.call('HMGET', key, 't', 'o', 'n', 'w')
+  end
+  return meta
+end
+
+-- Deletes the buckets of `key` that left the window; returns the hits of the others, the index
+-- of the oldest of them (nil when none is left) and the counter's "now".
+local function buckets_trim(key, width, span, meta)
   local total, oldest = tonumber(meta[1]) or 0, tonumber(meta[2])
-  local current = math.floor(now / width)
+  local at = buckets_now(oldest, tonumber(meta[3]), width)
+  local current = math.floor(at / width)
   local first = current - span
   if total <= 0 or oldest == nil then
-    return 0, nil
+    return 0, nil, now
   end
   if oldest >= first then
-    return total, oldest
+    return total, oldest, at
   end
   if oldest + span < first then
     -- Every bucket is within `span` of the oldest: all of them left.
     redis.call('DEL', key)
-    return 0, nil
+    return 0, nil, now
   end
-  local stale = bucket_fields(oldest, first - 1)
-  local hits = redis.call('HMGET', key, unpack(stale))
-  for j = 1, #stale do
-    total = total - (tonumber(hits[j]) or 0)
+  local stale = {}
+  buckets_scan(key, oldest, first - 1, function(index, hits)
+    total = total - hits
+    stale[#stale + 1] = bucket_field(index)
+    if #stale >= 256 then
+      redis.call('HDEL', key, unpack(stale))
+      stale = {}
+    end
+  end)
+  if #stale > 0 then
+    redis.call('HDEL', key, unpack(stale))
   end
-  redis.call('HDEL', key, unpack(stale))
   if total <= 0 then
     redis.call('DEL', key)
-    return 0, nil
+    return 0, nil, now
   end
-  local rest = bucket_fields(first, current)
-  hits = redis.call('HMGET', key, unpack(rest))
   oldest = current
-  for j = 1, #rest do
-    if tonumber(hits[j]) then
-      oldest = first + j - 1
-      break
-    end
-  end
+  buckets_scan(key, first, current, function(index)
+    oldest = index
+    return true
+  end)
   redis.call('HSET', key, 't', total, 'o', bucket_field(oldest))
-  return total, oldest
+  return total, oldest, at
 end
 
 -- Time until the oldest `excess` hits of `key` (buckets from `oldest` on) have left the window;
 -- the window if they never do. The oldest bucket alone usually covers it (one hit over the limit).
-local function buckets_until_fits(key, oldest, excess, width, span, window)
+local function buckets_until_fits(key, oldest, excess, width, span, window, at)
   if oldest == nil then
     return window
   end
@@ -163,26 +416,28 @@ local function buckets_until_fits(key, oldest, excess, width, span, window)
   if first and first >= excess then
     return math.max(bucket_leaves(oldest, width, span) - now, 0)
   end
-  local fields = bucket_fields(oldest, math.floor(now / width))
-  local hits = redis.call('HMGET', key, unpack(fields))
-  local seen = 0
-  for j = 1, #fields do
-    seen = seen + (tonumber(hits[j]) or 0)
+  local seen, fits = 0, window
+  buckets_scan(key, oldest, math.floor(at / width), function(index, hits)
+    seen = seen + hits
     if seen >= excess then
-      return math.max(bucket_leaves(oldest + j - 1, width, span) - now, 0)
+      fits = math.max(bucket_leaves(index, width, span) - now, 0)
+      return true
     end
-  end
-  return window
+  end)
+  return fits
 end
 
 -- Whether the provisional hash `log` (bucket index -> provisional hits, at most `span + 1` buckets
 -- once trimmed) holds hits in a bucket that still counts (cluster only).
-local function buckets_provisional(log, width, span)
+local function buckets_provisional(log, width, span, at)
   if not log then
     return false
   end
-  local current = math.floor(now / width)
-  local fields = redis.call('HGETALL', log)
+  local current = math.floor(at / width)
+  local fields = redis.pcall('HGETALL', log)
+  if stray(log, fields) then
+    return false
+  end
   local held = false
   for f = 1, #fields, 2 do
     if tonumber(fields[f]) + span < current then
@@ -196,15 +451,16 @@ end
 
 -- Pass one for a bucket counter: the hits it holds, the count with this request's earlier
 -- counters on the key, decide, and the waits (see the reply's fields); also returns the oldest
--- bucket's index for pass two.
+-- bucket's index and the counter's "now" for pass two.
 local function decide_buckets(key, log, limit, window, width, hits, pending)
   local span = window / width
-  local held, oldest = buckets_trim(key, width, span)
+  local meta = buckets_meta(key, log, window, width)
+  local held, oldest, at = buckets_trim(key, width, span, meta)
   local c = held + pending
   local over, reset, reset1 = false, 0, -1
   if held + 1 > limit then
-    reset1 = buckets_until_fits(key, oldest, held + 1 - limit, width, span, window)
-    if buckets_provisional(log, width, span) then
+    reset1 = buckets_until_fits(key, oldest, held + 1 - limit, width, span, window, at)
+    if buckets_provisional(log, width, span, at) then
       reset1 = -2
     end
   end
@@ -212,21 +468,24 @@ local function decide_buckets(key, log, limit, window, width, hits, pending)
     over, reset = true, window
   elseif c + hits > limit then
     over = true
-    reset = buckets_until_fits(key, oldest, c + hits - limit, width, span, window)
+    reset = buckets_until_fits(key, oldest, c + hits - limit, width, span, window, at)
   end
-  return held, c, over, reset, reset1, oldest
+  return held, c, over, reset, reset1, oldest, at
 end
 
 -- Pass two for an admitted bucket counter: adds its hits to the current bucket and the total (and,
 -- for a cross-slot part, to that bucket of the provisional hash) and keeps the keys until the
--- current bucket leaves the window. Returns the bucket's index.
-local function record_buckets(key, log, window, width, hits, part)
+-- current bucket leaves the window. Returns the bucket's index. `at` is the counter's "now", so
+-- the current bucket is its newest.
+local function record_buckets(key, log, window, width, hits, part, at)
   local span = window / width
-  local current = math.floor(now / width)
+  local current = math.floor(at / width)
   local field = bucket_field(current)
   redis.call('HINCRBY', key, field, hits)
   if redis.call('HINCRBY', key, 't', hits) == hits then
-    redis.call('HSET', key, 'o', field)
+    redis.call('HSET', key, 'o', field, 'n', field, 'w', width)
+  elseif redis.call('HGET', key, 'n') ~= field then
+    redis.call('HSET', key, 'n', field)
   end
   local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
   redis.call('PEXPIRE', key, ttl)
@@ -238,33 +497,41 @@ local function record_buckets(key, log, window, width, hits, part)
 end
 
 -- Returned hits: removes up to `hits` of the newest hits of `key` (trimmed already), never below
--- zero; returns how many it removed. A bucket counter loses them from its newest buckets; 'o' may
--- then name an empty bucket, which is read as "at or before the oldest".
-local function take_back(key, window, width, hits)
+-- zero; returns how many it removed. A bucket counter loses them from its newest buckets (one read
+-- of its at most `span + 1` buckets); 'o' and 'n' may then name an empty bucket, which is read as
+-- "at or before the oldest" and "at or after the newest".
+local function take_back(key, width, hits)
   if width == 0 then
     local popped = redis.call('ZPOPMAX', key, hits)
     return #popped / 2
   end
   local total = tonumber(redis.call('HGET', key, 't')) or 0
-  local oldest = tonumber(redis.call('HGET', key, 'o'))
-  if total <= 0 or oldest == nil then
+  if total <= 0 then
     return 0
   end
-  local taken = 0
-  local index = math.floor(now / width)
-  while index >= oldest and taken < hits do
-    local field = bucket_field(index)
-    local held = tonumber(redis.call('HGET', key, field))
-    if held then
-      local take = math.min(held, hits - taken)
-      taken = taken + take
-      if take == held then
-        redis.call('HDEL', key, field)
-      else
-        redis.call('HINCRBY', key, field, -take)
-      end
+  local fields = redis.call('HGETALL', key)
+  local found = {}
+  for f = 1, #fields, 2 do
+    local index = tonumber(fields[f])
+    if index then
+      found[#found + 1] = { index, tonumber(fields[f + 1]) }
     end
-    index = index - 1
+  end
+  table.sort(found, function(a, b)
+    return a[1] > b[1]
+  end)
+  local taken = 0
+  for _, bucket in ipairs(found) do
+    if taken >= hits then
+      break
+    end
+    local take = math.min(bucket[2], hits - taken)
+    taken = taken + take
+    if take == bucket[2] then
+      redis.call('HDEL', key, bucket_field(bucket[1]))
+    else
+      redis.call('HINCRBY', key, bucket_field(bucket[1]), -take)
+    end
   end
   if taken >= total then
     redis.call('DEL', key)
@@ -281,6 +548,8 @@ local function decide(rid, part, n, k0, a0)
   local over, count, reset, reset1 = {}, {}, {}, {}
   local held = {}
   local charged, returned = {}, {}
+  -- Each counter's "now" (see the top of the script).
+  local at = {}
   local pending = {}
   local allowed = 1
 
@@ -298,24 +567,27 @@ local function decide(rid, part, n, k0, a0)
     charged[i] = flags % 4 >= 2
     returned[i] = flags >= 4
     width[i] = tonumber(ARGV[base + 4])
+    if width[i] == 0 then
+      width[i], at[i] = log_form(key[i], log[i], window[i])
+    end
 
     if width[i] > 0 then
-      held[i], count[i], over[i], reset[i], reset1[i], buckets[i] = decide_buckets(key[i], log[i],
-        limit[i], window[i], width[i], hits[i], pending[key[i]] or 0)
+      held[i], count[i], over[i], reset[i], reset1[i], buckets[i], at[i] = decide_buckets(key[i],
+        log[i], limit[i], window[i], width[i], hits[i], pending[key[i]] or 0)
       if returned[i] then
         over[i], reset[i] = false, 0
       elseif not over[i] or charged[i] then
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
     else
-      redis.call('ZREMRANGEBYSCORE', key[i], '-inf', now - window[i])
+      redis.call('ZREMRANGEBYSCORE', key[i], '-inf', at[i] - window[i])
       held[i] = redis.call('ZCARD', key[i])
       local c = held[i] + (pending[key[i]] or 0)
       count[i] = c
       reset1[i] = -1
       if held[i] + 1 > limit[i] then
         reset1[i] = until_fits(key[i], held[i] + 1 - limit[i], window[i])
-        if has_provisional(log[i], window[i]) then
+        if has_provisional(log[i], window[i], at[i]) then
           reset1[i] = -2
         end
       end
@@ -350,9 +622,9 @@ local function decide(rid, part, n, k0, a0)
     -- Charged hits are never taken back, so they stay out of the provisional logs.
     local provisional = part and not charged[i]
     if returned[i] and hits[i] > 0 then
-      count[i] = count[i] - take_back(key[i], window[i], width[i], hits[i])
+      count[i] = count[i] - take_back(key[i], width[i], hits[i])
     elseif records and width[i] > 0 then
-      bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], provisional)
+      bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], provisional, at[i])
       count[i] = count[i] + hits[i]
     elseif records then
       -- Hits are numbered per key across the request, so a counter named twice gets distinct
@@ -366,7 +638,7 @@ local function decide(rid, part, n, k0, a0)
         local args = {}
         local last = math.min(h + 255, final)
         for j = h, last do
-          args[#args + 1] = now
+          args[#args + 1] = at[i]
           if j == 1 then
             args[#args + 1] = rid
           else
@@ -379,16 +651,18 @@ local function decide(rid, part, n, k0, a0)
         end
         h = last + 1
       end
-      redis.call('PEXPIRE', key[i], math.ceil(window[i] / 1000))
+      -- Until the hits leave: a window after the counter's "now", in this server's clock.
+      local ttl = math.ceil((at[i] + window[i] - now) / 1000)
+      redis.call('PEXPIRE', key[i], ttl)
       if provisional and log[i] then
-        redis.call('PEXPIRE', log[i], math.ceil(window[i] / 1000))
+        redis.call('PEXPIRE', log[i], ttl)
       end
       count[i] = count[i] + hits[i]
     end
     -- Full after this request (the deny cache may remember it): unless provisional hits fill it.
     if width[i] > 0 then
       local span = window[i] / width[i]
-      if not over[i] and count[i] >= limit[i] and buckets_provisional(log[i], width[i], span) then
+      if not over[i] and count[i] >= limit[i] and buckets_provisional(log[i], width[i], span, at[i]) then
         reset1[i] = -2
       end
       if not over[i] then
@@ -396,11 +670,11 @@ local function decide(rid, part, n, k0, a0)
         -- current one if this request (or an earlier one of the call) holds the first hits.
         reset[i] = 0
         if count[i] > 0 then
-          local oldest = buckets[i] or math.floor(now / width[i])
-          reset[i] = buckets_until_fits(key[i], oldest, 1, width[i], span, window[i])
+          local oldest = buckets[i] or math.floor(at[i] / width[i])
+          reset[i] = buckets_until_fits(key[i], oldest, 1, width[i], span, window[i], at[i])
         end
       end
-    elseif not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i]) then
+    elseif not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i], at[i]) then
       reset1[i] = -2
     end
     if not over[i] and width[i] == 0 then

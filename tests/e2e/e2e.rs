@@ -108,7 +108,7 @@ fn envoy_enforces_default_rules_on_redis_and_fails_open() {
         let r = http_get(envoy.port, "/hello", &[("x-api-key", "k1")]);
         assert_eq!(r.status, 200, "API key request {i}: {r:?}");
     }
-    let day = "slidegate:{edge:api_key=k1}86400000b1440000000";
+    let day = "slidegate:{edge:api_key=k1}86400000";
     assert_eq!(redis.cli(&["TYPE", day]), "hash");
     // `t`: the hits of the buckets in the window.
     assert_eq!(

@@ -103,7 +103,7 @@ impl Under {
 /// A counter of `name` (its own hash slot in a cluster), kept as `precision`.
 fn counter(name: &str, limit: u64, window: Duration, precision: Precision) -> Counter {
     Counter {
-        key: CounterKey::of("charges", [("k", name)], window, precision),
+        key: CounterKey::new("charges", [("k", name)], window),
         limit,
         window,
         hits: 1,

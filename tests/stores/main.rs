@@ -9,10 +9,15 @@ mod restartable_redis;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bucket_cost;
+mod carry;
 mod charges;
+mod clock_steps;
 mod faults;
+mod interleavings;
 mod precision;
 mod redis_health;
 mod reshard;
 mod sentinel;
 mod store;
+mod take_back;

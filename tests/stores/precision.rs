@@ -87,7 +87,7 @@ fn memory_store(precision: Precision, requests: &[Request]) -> Vec<Request> {
     let store = MemoryStore::new(clock.clone());
     let window = Duration::from_micros(W);
     let counter = Counter {
-        key: CounterKey::of("precision", [("client", "c")], window, precision),
+        key: CounterKey::new("precision", [("client", "c")], window),
         kind: slidegate::store::HitKind::Admitted,
         limit: N,
         window,

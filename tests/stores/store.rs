@@ -909,7 +909,7 @@ fn bucketed(c: Counter, width: Duration) -> Counter {
     let precision = Precision::Buckets(width);
     let entries = [("k", c.key.as_str())];
     Counter {
-        key: CounterKey::of("buckets", entries, c.window, precision),
+        key: CounterKey::new("buckets", entries, c.window),
         precision,
         ..c
     }
@@ -1796,12 +1796,14 @@ async fn redis_bucket_counter_keeps_its_total_and_oldest() {
         }
         let lines: Vec<&str> = fields.lines().filter(|l| !l.is_empty()).collect();
         let mut buckets: Vec<(u64, u64)> = Vec::new();
-        let (mut total, mut oldest) = (None, None);
+        let (mut total, mut oldest, mut newest) = (None, None, None);
         for pair in lines.chunks(2) {
             let value: u64 = pair[1].parse().expect("a count");
             match pair[0] {
                 "t" => total = Some(value),
                 "o" => oldest = Some(value),
+                "n" => newest = Some(value),
+                "w" => assert_eq!(value, 50_000, "the width"),
                 index => buckets.push((index.parse().expect("an index"), value)),
             }
         }
@@ -1816,6 +1818,9 @@ async fn redis_bucket_counter_keeps_its_total_and_oldest() {
                 "{what}"
             );
         }
+        if let Some(n) = newest {
+            assert!(buckets.iter().all(|&(i, _)| i <= n), "{what} n={n}");
+        }
         assert!(buckets.is_empty() == total.is_none(), "{what}");
     }
 }
@@ -1828,7 +1833,7 @@ async fn redis_bucket_counter_keeps_its_total_and_oldest() {
 /// The log is filled through the store (the script's own members). A bucket hash at saturation
 /// cannot be reached in real time (a day of traffic), so it is written as the script leaves it:
 /// the B + 1 buckets that overlap the window, indexed `floor(now / g)`, each with its share of N,
-/// and the total `t` and oldest index `o`.
+/// and the total `t`, oldest index `o` and newest index `n`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: prints docs/benchmarks.md's bytes per counter"]
 async fn bytes_per_counter_at_saturation() {
@@ -1881,6 +1886,8 @@ async fn bytes_per_counter_at_saturation() {
                 n.to_string(),
                 "o".into(),
                 (current - 60).to_string(),
+                "n".into(),
+                current.to_string(),
             ]);
             for (i, index) in (current - 60..=current).enumerate() {
                 let share = n / 61 + u64::from((i as u64) < n % 61);
@@ -1895,7 +1902,7 @@ async fn bytes_per_counter_at_saturation() {
                 let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
                 let store = MemoryStore::new(clock.clone());
                 let c = Counter {
-                    key: CounterKey::of("sat", [("k", "v")], window, precision),
+                    key: CounterKey::new("sat", [("k", "v")], window),
                     precision,
                     ..counter("sat", "v", n, window, 1)
                 };

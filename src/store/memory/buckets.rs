@@ -38,6 +38,16 @@ impl Buckets {
         }
     }
 
+    /// The bucket width in microseconds.
+    pub(super) fn width(&self) -> u64 {
+        self.width
+    }
+
+    /// `(index, hits)` of the buckets holding hits, oldest first.
+    pub(super) fn held(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.counts.iter().copied()
+    }
+
     /// The first instant at which bucket `index` no longer overlaps the window.
     fn leaves_at(&self, index: u64) -> u64 {
         index

@@ -12,7 +12,8 @@ use tokio::sync::oneshot;
 
 use super::script::{self, CallPart, Reply};
 use super::{CallResult, Shared};
-use crate::store::{Counter, Precision, StoreError};
+use crate::store::work::work;
+use crate::store::{Counter, StoreError};
 
 /// How long a batch task keeps waiting, after its callers timed out, for the late reply that says
 /// whether the call expired or recorded its hits (`slidegate_redis_*` metrics); the reply is
@@ -133,16 +134,10 @@ pub(super) fn batches(queued: Vec<Queued>, max_hits: u64) -> Vec<Vec<Queued>> {
     batches
 }
 
-/// What a request adds to a script call's work, as in the limiter's budget: its hits on each
-/// exact log, a log checked with 0 and every bucket counter (one field, whatever its hits)
-/// counting 1.
+/// What a request adds to a script call's work, as in the limiter's budget ([`work`]).
 pub(super) fn call_cost(q: &Queued) -> u64 {
     q.counters.iter().fold(0u64, |sum, c| {
-        let cost = match c.precision {
-            Precision::Exact => c.hits.max(1),
-            Precision::Buckets(_) => 1,
-        };
-        sum.saturating_add(cost)
+        sum.saturating_add(work(c.precision, c.window, c.hits))
     })
 }
 

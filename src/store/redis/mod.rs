@@ -9,7 +9,9 @@
 //! request: `ZREMRANGEBYSCORE` what left the window, `ZCARD`, decide; then, only if no enforced
 //! counter is over, `ZADD` the hits and `PEXPIRE` each key to its window, so an idle key disappears
 //! exactly when its last hit leaves the window. The time is Redis's own `TIME`, read inside the
-//! script: replicas whose clocks disagree still share one timeline. One call decides, in order,
+//! script: replicas whose clocks disagree still share one timeline. A counter whose newest hit is
+//! later than `TIME` (Redis's clock stepped back, or a failover to a node whose clock is behind)
+//! is decided as of that hit, as the memory store does: trimmed as of it, recorded after it. One call decides, in order,
 //! the requests a worker has started together (up to 16; in a cluster, those of one slot; see
 //! `Lane`).
 //!
@@ -20,7 +22,7 @@
 //!
 //! A bucket counter ([`Precision::Buckets`](crate::store::Precision), its key ending in `b` and
 //! the width) is a hash instead: field = bucket index (Redis time / width), value = hits admitted
-//! in that bucket, plus `t` (their sum) and `o` (the oldest bucket). The same script call decides
+//! in that bucket, plus `t` (their sum), `o` (the oldest bucket) and `n` (the newest). The same script call decides
 //! it beside the logs: it reads `t` and `o`, deletes the buckets that left the window (the oldest
 //! overlapping bucket counts whole), reads the oldest bucket only when it needs its hits (a deny,
 //! the reset time), and only if the request is admitted `HINCRBY`s the current bucket and `t`; the
@@ -56,8 +58,10 @@
 //! - a denied request consumes no quota once the compensation has run, a few hundred microseconds
 //!   later; during that moment its hits still count, so a concurrent request on those counters may
 //!   be denied although it would fit (spuriously denied, never spuriously admitted);
-//! - if the compensation itself fails (node down), those hits stay until they leave the window:
-//!   again over-counting, never under-counting.
+//! - if the compensation itself fails (node down) or misses its deadline (the store's timeout),
+//!   those hits stay until they leave the window: again over-counting, never under-counting. One
+//!   that reaches a slow node late takes off a bucket at most what that bucket still holds, so it
+//!   never removes the hits of requests admitted meanwhile.
 //!
 //! The deny cache needs a counter's full state to end only with time, and a compensation ends it
 //! early. So the hits of a cross-slot request also go to the counter's provisional log
@@ -470,11 +474,11 @@ impl RedisStore {
     ) {
         // Hits are numbered per key across the request (a counter may be named twice; a bucket
         // counter named twice took both in one bucket).
-        let mut per_key: Vec<(String, u64, Option<u64>)> = Vec::new();
+        let mut per_key: Vec<(String, u64, Option<u64>, usize)> = Vec::new();
         for &(i, bucket) in recorded {
-            match per_key.iter_mut().find(|(k, _, _)| *k == keys[i]) {
-                Some((_, hits, _)) => *hits += counters[i].hits,
-                None => per_key.push((keys[i].clone(), counters[i].hits, bucket)),
+            match per_key.iter_mut().find(|(k, ..)| *k == keys[i]) {
+                Some((_, hits, ..)) => *hits += counters[i].hits,
+                None => per_key.push((keys[i].clone(), counters[i].hits, bucket, i)),
             }
         }
         // From the counter, then from its provisional log, where a cross-slot part's hits also go.
@@ -484,10 +488,11 @@ impl RedisStore {
         // the bucket the script reported, from both hashes in one script.
         let removals: Vec<Vec<::redis::Cmd>> = per_key
             .into_iter()
-            .map(|(key, hits, bucket)| {
+            .map(|(key, hits, bucket, i)| {
                 let log = format!("{key}{}", script::PROVISIONAL_SUFFIX);
                 if let Some(bucket) = bucket {
-                    return vec![script::take_back_buckets(&key, &log, bucket, hits)];
+                    let cmd = script::take_back_buckets(&key, &log, bucket, hits, &counters[i]);
+                    return vec![cmd];
                 }
                 let members = script::members(id, hits);
                 let zrem = |key: &str| ::redis::cmd("ZREM").arg(key).arg(&members).clone();
@@ -496,6 +501,9 @@ impl RedisStore {
             .collect();
         let conn = conn.clone();
         let redactor = self.shared.redactor.clone();
+        // A deadline, so that a node that does not answer holds no task: the hits then expire
+        // with their window. One that answers late takes back no more than is still there.
+        let deadline = self.shared.timeout;
         let task = tokio::spawn(async move {
             let calls = removals.into_iter().map(|cmds| {
                 let mut conn = conn.clone();
@@ -506,7 +514,14 @@ impl RedisStore {
                     Ok::<_, RedisError>(())
                 }
             });
-            for result in join_all(calls).await {
+            let Ok(results) = tokio::time::timeout(deadline, join_all(calls)).await else {
+                tracing::warn!(
+                    ?deadline,
+                    "the take-back of a denied cross-slot request timed out; its hits expire with their window"
+                );
+                return;
+            };
+            for result in results {
                 if let Err(e) = result {
                     tracing::warn!(
                         error = %redactor.clean(&e.to_string()),

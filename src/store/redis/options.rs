@@ -54,8 +54,8 @@ pub struct RedisOptions {
     pub deny_cache: usize,
     /// Connections to open (lazily): one per thread that serves calls, see the `per_thread` module.
     pub connections: usize,
-    /// Most hits one script call may add to exact logs, summed over its counters (a 0-hit check
-    /// and a bucket counter count 1):
+    /// Most work one script call may cost, summed over its counters as `store::work` counts it
+    /// (a log's hits, a bucket counter's buckets plus one):
     /// the limiter's budget for one request (`--max-hits`), so that batching several requests
     /// into one call never holds Redis longer than the largest single request may. A request
     /// alone always gets its call.

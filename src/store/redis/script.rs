@@ -12,9 +12,15 @@ pub static SCRIPT: LazyLock<::redis::Script> =
     LazyLock::new(|| ::redis::Script::new(include_str!("../sliding_window.lua")));
 
 /// The compensation (`bucket_take_back.lua`) for `hits` hits that the script recorded in `bucket`
-/// of the bucket counter `key` (and of its provisional hash `log`). Sent as `EVAL`: compensations
-/// are rare, and a `NOSCRIPT` reply would leave the hits in place.
-pub fn take_back_buckets(key: &str, log: &str, bucket: u64, hits: u64) -> ::redis::Cmd {
+/// of the bucket counter `key` (and of its provisional hash `log`), decided as `counter`. Sent as
+/// `EVAL`: compensations are rare, and a `NOSCRIPT` reply would leave the hits in place.
+pub fn take_back_buckets(
+    key: &str,
+    log: &str,
+    bucket: u64,
+    hits: u64,
+    counter: &Counter,
+) -> ::redis::Cmd {
     ::redis::cmd("EVAL")
         .arg(include_str!("../bucket_take_back.lua"))
         .arg(2)
@@ -22,6 +28,7 @@ pub fn take_back_buckets(key: &str, log: &str, bucket: u64, hits: u64) -> ::redi
         .arg(log)
         .arg(bucket)
         .arg(hits.min(LUA_MAX))
+        .arg(bucket_width_micros(counter))
         .clone()
 }
 

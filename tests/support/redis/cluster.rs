@@ -19,7 +19,7 @@ impl RedisCluster {
     }
 
     /// [`RedisCluster::start`] with extra flags for node `i`.
-    fn start_with(per_node: &dyn Fn(usize) -> Vec<String>) -> Option<RedisCluster> {
+    pub fn start_with(per_node: &dyn Fn(usize) -> Vec<String>) -> Option<RedisCluster> {
         let nodes = spawn_cluster(3, 0, &["--cluster-node-timeout", "5000"], per_node)?;
         let ok = wait_until(Duration::from_secs(20), || {
             nodes

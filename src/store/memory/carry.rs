@@ -1,0 +1,54 @@
+//! Carrying a memory-store counter across a change of representation.
+//!
+//! A counter's key does not name its representation, so after a reload that changes a limit's
+//! precision (or a limit override asks for another) the counter found under the key may be a log
+//! where buckets are asked for, or buckets of another width. The decision that finds it so
+//! rebuilds it in the asked form from its hits, conservatively: a log's hit stays at its time, a
+//! bucket's hits are placed at the bucket's last microsecond or the counter's "now", whichever is
+//! earlier (the latest they can have been admitted), and each goes to the bucket of that instant.
+//! Never later than "now": a hit placed ahead would move the counter's clock on (it keeps to its
+//! newest hit) and free other hits early. So no hit leaves earlier than it really would have, and the guarantee (no interval of length `W` holds more than `N` admitted
+//! hits) holds across the change; a limit lowered below what the counter holds keeps denying
+//! until enough has left.
+
+use super::{Counter, Tally, micros};
+use crate::store::Precision;
+
+impl Tally {
+    /// This counter in the representation `counter` asks for: as it is when it already has it,
+    /// else rebuilt from its hits (see the module docs), the store's clock showing `now`.
+    pub(super) fn conform(&mut self, counter: &Counter, now: u64) -> &mut Tally {
+        let wanted = match counter.precision {
+            Precision::Buckets(width) if !width.is_zero() => Some(micros(width)),
+            _ => None,
+        };
+        let has = match self {
+            Tally::Log(_) => None,
+            Tally::Buckets(buckets) => Some(buckets.width()),
+        };
+        if wanted != has {
+            let upto = now.max(self.series().newest().unwrap_or(0));
+            let mut carried = Tally::new(counter);
+            let series = carried.series_mut();
+            for (at, hits) in self.latest_instants() {
+                series.record(at.min(upto), hits);
+            }
+            *self = carried;
+        }
+        self
+    }
+
+    /// The hits held, each at the latest instant it can have been admitted, oldest first.
+    fn latest_instants(&self) -> Vec<(u64, u64)> {
+        match self {
+            Tally::Log(log) => log.runs.iter().map(|r| (r.at(), r.hits())).collect(),
+            Tally::Buckets(buckets) => {
+                let width = buckets.width();
+                buckets
+                    .held()
+                    .map(|(index, hits)| ((index + 1).saturating_mul(width) - 1, hits))
+                    .collect()
+            }
+        }
+    }
+}

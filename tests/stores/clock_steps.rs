@@ -1,0 +1,255 @@
+//! A counter written under a clock ahead of the store's (an NTP step back, a failover to a Redis
+//! node whose clock is behind): the store treats "now" as at least the counter's newest hit, so it
+//! never errors, trims what left the window as of that hit, and records after it. The Redis tests
+//! plant the state a counter has when written under a clock 0.5 s ahead (what the script itself
+//! would have left there), then decide on it; the memory tests step the manual clock back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::RedisServer;
+use slidegate::store::{
+    Counter, CounterKey, ManualClock, MemoryStore, Precision, RedisOptions, RedisStore, Store,
+};
+
+const PREFIX: &str = "sgclock:";
+const W: Duration = Duration::from_secs(1);
+/// How far ahead the clock that wrote the planted counters was.
+const AHEAD: u64 = 500_000;
+/// The automatic bucket width of a 1 s window (a fiftieth).
+const G: u64 = 20_000;
+const SPAN: u64 = 50;
+
+fn counter(name: &str, limit: u64, precision: Precision, hits: u64) -> Counter {
+    Counter {
+        key: CounterKey::new("clock", [("k", name)], W),
+        kind: slidegate::store::HitKind::Admitted,
+        limit,
+        window: W,
+        hits,
+        shadow: false,
+        precision,
+    }
+}
+
+fn buckets() -> Precision {
+    Precision::Buckets(Duration::from_micros(G))
+}
+
+async fn store(server: &RedisServer) -> RedisStore {
+    RedisStore::connect(&RedisOptions {
+        url: server.url(),
+        prefix: PREFIX.to_string(),
+        timeout: Duration::from_secs(3),
+        deny_cache: 0,
+        ..RedisOptions::default()
+    })
+    .await
+    .expect("connect")
+}
+
+/// Redis's `TIME` in microseconds.
+fn redis_now(server: &RedisServer) -> u64 {
+    let time = server.cli(&["TIME"]);
+    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
+    let (secs, micros) = (parts.next().expect("secs"), parts.next().expect("micros"));
+    secs * 1_000_000 + micros
+}
+
+fn redis_key(c: &Counter) -> String {
+    format!("{PREFIX}{}", c.key.as_str())
+}
+
+/// A log written 0.5 s ahead: a hit that had left its window there (1.2 s before its newest),
+/// one 0.6 s before it, and the newest. Trimmed as of the newest hit, the first is gone: the
+/// counter holds 2 of its 3 and takes one more, recorded after the newest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_log_written_under_a_clock_ahead() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server).await;
+    let c = counter("log", 3, Precision::Exact, 1);
+    let key = redis_key(&c);
+    let ahead = redis_now(&server) + AHEAD;
+    for (member, score) in [("gone", ahead - 1_200_000), ("kept", ahead - 600_000)] {
+        server.cli(&["ZADD", &key, &score.to_string(), member]);
+    }
+    server.cli(&["ZADD", &key, &ahead.to_string(), "newest"]);
+    server.cli(&["PEXPIRE", &key, "1500"]);
+
+    let d = store
+        .decide(std::slice::from_ref(&c))
+        .await
+        .expect("decide");
+    assert!(
+        d.allowed,
+        "the hit that left as of the newest is gone: {d:?}"
+    );
+    assert_eq!(d.counters[0].count, 3, "{d:?}");
+    assert_eq!(server.cli(&["ZCARD", &key]), "3");
+    assert_eq!(server.cli(&["ZSCORE", &key, "gone"]), "", "trimmed");
+    let recorded: Vec<String> = server
+        .cli(&["ZRANGE", &key, "-1", "-1", "WITHSCORES"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let score: u64 = recorded[1].parse().expect("a score");
+    assert!(
+        score >= ahead,
+        "recorded after the newest hit: {recorded:?}"
+    );
+    let pttl: u64 = server.cli(&["PTTL", &key]).parse().expect("PTTL");
+    assert!(pttl > 1_200, "kept until its hits leave: PTTL {pttl}");
+
+    let d = store
+        .decide(std::slice::from_ref(&c))
+        .await
+        .expect("decide");
+    assert!(!d.allowed && d.counters[0].count == 3, "full: {d:?}");
+    // The oldest held hit leaves 0.4 s after the newest's time, 0.9 s from now in this clock.
+    let reset = d.counters[0].reset_after;
+    assert!(
+        reset > Duration::from_millis(700) && reset <= Duration::from_millis(900),
+        "{reset:?}"
+    );
+}
+
+/// A bucket hash written 0.5 s ahead, as the script leaves it (`t` the total, `o` the oldest
+/// bucket, `n` the newest): a bucket that had left the window there, one 10 buckets before the
+/// newest, and the newest. Trimmed as of the newest bucket, the first is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_buckets_written_under_a_clock_ahead() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server).await;
+    let c = counter("buckets", 5, buckets(), 1);
+    let key = redis_key(&c);
+    let newest = (redis_now(&server) + AHEAD) / G;
+    let (gone, kept) = (newest - SPAN - 2, newest - 10);
+    let field = |i: u64| i.to_string();
+    server.cli(&[
+        "HSET",
+        &key,
+        &field(gone),
+        "2",
+        &field(kept),
+        "2",
+        &field(newest),
+        "1",
+        "t",
+        "5",
+        "o",
+        &field(gone),
+        "n",
+        &field(newest),
+    ]);
+    server.cli(&["PEXPIRE", &key, "1600"]);
+
+    let d = store
+        .decide(std::slice::from_ref(&c))
+        .await
+        .expect("decide");
+    assert!(
+        d.allowed,
+        "the bucket that left as of the newest is gone: {d:?}"
+    );
+    assert_eq!(d.counters[0].count, 4, "{d:?}");
+    assert_eq!(server.cli(&["HGET", &key, &field(gone)]), "", "trimmed");
+    assert_eq!(
+        server.cli(&["HGET", &key, &field(newest)]),
+        "2",
+        "recorded in the newest"
+    );
+    assert_eq!(server.cli(&["HGET", &key, "t"]), "4");
+    assert_eq!(server.cli(&["HGET", &key, "o"]), field(kept));
+    assert_eq!(server.cli(&["HGET", &key, "n"]), field(newest));
+    let pttl: u64 = server.cli(&["PTTL", &key]).parse().expect("PTTL");
+    assert!(
+        pttl > 1_200,
+        "kept until the newest bucket leaves: PTTL {pttl}"
+    );
+}
+
+/// Every bucket of a counter ahead of the clock (the oldest too): a request whose hits need more
+/// than the oldest bucket frees reads the buckets from the oldest on, which must not be an empty
+/// range (an error that failed every request batched into the call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_buckets_all_ahead_never_error() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server).await;
+    let c = counter("ahead", 5, buckets(), 2);
+    let other = counter("other", 5, Precision::Exact, 1);
+    let key = redis_key(&c);
+    let newest = (redis_now(&server) + AHEAD) / G;
+    let oldest = newest - 10;
+    let field = |i: u64| i.to_string();
+    server.cli(&[
+        "HSET",
+        &key,
+        &field(oldest),
+        "1",
+        &field(newest),
+        "4",
+        "t",
+        "5",
+        "o",
+        &field(oldest),
+        "n",
+        &field(newest),
+    ]);
+    server.cli(&["PEXPIRE", &key, "1600"]);
+
+    // Two requests started together share one script call: the other's answer depends on it.
+    let (a, b) = tokio::join!(
+        store.decide(std::slice::from_ref(&c)),
+        store.decide(std::slice::from_ref(&other))
+    );
+    let d = a.expect("a counter ahead of the clock is decided");
+    assert!(b.expect("the request beside it too").allowed);
+    assert!(!d.allowed && d.counters[0].count == 5, "{d:?}");
+    // Both hits need the newest bucket to leave: 51 buckets after its start, ~0.5 s ahead.
+    let reset = d.counters[0].reset_after;
+    assert!(
+        reset > W && reset <= W + Duration::from_millis(600),
+        "{reset:?}"
+    );
+    let check = store
+        .decide(&[counter("ahead", 5, buckets(), 0)])
+        .await
+        .expect("a check");
+    assert!(check.allowed && check.counters[0].count == 5, "{check:?}");
+}
+
+/// The memory store, the same two counters: written, the clock stepped back 0.5 s, decided.
+#[test]
+fn memory_counters_written_under_a_clock_ahead() {
+    let start = Duration::from_secs(1_800_000_000);
+    let clock = Arc::new(ManualClock::new(start));
+    let store = MemoryStore::new(clock.clone());
+    let log = counter("log", 3, Precision::Exact, 1);
+    let at = |micros: u64| start + Duration::from_micros(micros);
+    let ahead = 2_000_000;
+    for t in [ahead - 1_200_000, ahead - 600_000, ahead] {
+        clock.set(at(t));
+        assert!(store.decide_now(std::slice::from_ref(&log)).allowed);
+    }
+    clock.set(at(ahead - AHEAD));
+    let d = store.decide_now(std::slice::from_ref(&log));
+    assert!(d.allowed && d.counters[0].count == 3, "{d:?}");
+    assert!(!store.decide_now(std::slice::from_ref(&log)).allowed);
+
+    let b = counter("buckets", 5, buckets(), 1);
+    let (gone, kept, newest) = (10 * G, (SPAN + 2) * G, (SPAN + 12) * G);
+    for (t, hits) in [(gone, 2), (kept, 2), (newest, 1)] {
+        clock.set(at(t));
+        let request = Counter { hits, ..b.clone() };
+        assert!(store.decide_now(&[request]).allowed);
+    }
+    clock.set(at(newest - AHEAD));
+    let d = store.decide_now(std::slice::from_ref(&b));
+    assert!(d.allowed && d.counters[0].count == 4, "{d:?}");
+}

@@ -1,0 +1,114 @@
+//! A late take-back on a Redis Cluster: a cross-slot request records its hits on one node while
+//! the other node, asleep (`DEBUG SLEEP`), holds its deny back; meanwhile its bucket leaves the
+//! window and another request fills the counter. The compensation that finally comes must take
+//! back only what the bucket still holds (nothing: it left), never the other request's hits.
+
+use std::time::{Duration, Instant};
+
+use crate::support::RedisCluster;
+use slidegate::store::{Counter, CounterKey, Precision, RedisOptions, RedisStore, Store};
+
+const W: Duration = Duration::from_secs(1);
+const G: Duration = Duration::from_millis(100);
+
+fn counter(name: &str, limit: u64, hits: u64) -> Counter {
+    let precision = Precision::Buckets(G);
+    Counter {
+        key: CounterKey::new("take-back", [("k", name)], W),
+        kind: slidegate::store::HitKind::Admitted,
+        limit,
+        window: W,
+        hits,
+        shadow: false,
+        precision,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_take_back_never_removes_another_requests_hits() {
+    let debug = |_| vec!["--enable-debug-command".to_string(), "local".to_string()];
+    let Some(cluster) = RedisCluster::start_with(&debug) else {
+        return;
+    };
+    let prefix = "sgtakeback:";
+    let store = RedisStore::connect(&RedisOptions {
+        cluster_nodes: cluster.urls(),
+        prefix: prefix.to_string(),
+        timeout: Duration::from_secs(4),
+        deny_cache: 0,
+        ..RedisOptions::default()
+    })
+    .await
+    .expect("connect");
+    let a = counter("a", 5, 2);
+    let node_a = cluster
+        .node_for(&format!("{prefix}{}", a.key.as_str()))
+        .port;
+    // A counter that always denies, on another node.
+    let b = (0..)
+        .map(|i| counter(&format!("b{i}"), 0, 1))
+        .find(|b| {
+            cluster
+                .node_for(&format!("{prefix}{}", b.key.as_str()))
+                .port
+                != node_a
+        })
+        .expect("a key on another node");
+    let sleeper = cluster.node_for(&format!("{prefix}{}", b.key.as_str()));
+    // A first call on each slot, so the script is loaded and the slots known.
+    let probe = |c: &Counter| Counter {
+        hits: 0,
+        ..c.clone()
+    };
+    store.decide(&[probe(&a)]).await.expect("a");
+    store.decide(&[probe(&b)]).await.expect("b");
+
+    let sleep = std::process::Command::new("redis-cli")
+        .args(["-p", &sleeper.port.to_string(), "DEBUG", "SLEEP", "1.6"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("redis-cli DEBUG SLEEP");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let first = {
+        let (store, a, b) = (&store, a.clone(), b.clone());
+        async move { store.decide(&[a, b]).await.expect("the first request") }
+    };
+    let second = async {
+        // After the first request's bucket has left the window (W + G after it at most).
+        tokio::time::sleep(W + G + Duration::from_millis(50)).await;
+        let d = store
+            .decide(&[counter("a", 5, 3)])
+            .await
+            .expect("the second request");
+        assert!(d.allowed, "the first request's hits left: {d:?}");
+        assert_eq!(d.counters[0].count, 3, "{d:?}");
+    };
+    let (first, ()) = tokio::join!(first, second);
+    assert!(!first.allowed, "b denies: {first:?}");
+    let slept = sleep.wait_with_output().expect("redis-cli DEBUG SLEEP");
+    assert_eq!(
+        String::from_utf8_lossy(&slept.stdout).trim(),
+        "OK",
+        "the node slept"
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < W + W,
+        "the second request's hits are still in the window: {elapsed:?}"
+    );
+
+    let check = store
+        .decide(&[probe(&a)])
+        .await
+        .expect("a check after the take-back");
+    assert_eq!(
+        check.counters[0].count, 3,
+        "the late take-back left the second request's hits: {check:?}"
+    );
+    let more = store
+        .decide(&[counter("a", 5, 3)])
+        .await
+        .expect("a request over the limit");
+    assert!(!more.allowed, "3 + 3 > 5: {more:?}");
+}
