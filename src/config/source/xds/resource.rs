@@ -280,7 +280,7 @@ mod tests {
                     },
                     RateLimitDescriptor {
                         key: "q".into(),
-                        rate_limit: policy(RateLimitUnit::Year, 2),
+                        rate_limit: policy(RateLimitUnit::Week, 2),
                         quota_mode: true,
                         ..Default::default()
                     },
@@ -298,13 +298,14 @@ mod tests {
             }],
         };
         let rules = rules_from(&[any(&config)]).expect("accepted");
-        let lines: Vec<String> = rules.rules().iter().map(|r| r.to_string()).collect();
+        let mut lines: Vec<String> = rules.rules().iter().map(|r| r.to_string()).collect();
+        lines.sort();
         assert_eq!(
             lines,
             [
                 "edge route_route.b: 1 per MONTH (window 30days, exact) shadow_mode [xds:edge]",
-                "edge route_route.q: 2 per YEAR (window 365days, exact) quota_mode [xds:edge]",
                 "edge route_route.free: unlimited [xds:edge]",
+                "edge route_route.q: 2 per WEEK (window 7days, exact) quota_mode [xds:edge]",
             ]
         );
     }
