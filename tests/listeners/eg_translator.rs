@@ -28,13 +28,14 @@ fn policy(unit: RateLimitUnit, requests: u32) -> Option<RateLimitPolicy> {
     })
 }
 
+/// One rule as the translator sees it: its matches as (key, value) nodes, its limit, whether it is a
+/// shadow rule.
+type RuleShape<'a> = (Vec<(&'a str, &'a str)>, Option<RateLimitPolicy>, bool);
+
 /// One rule's chain under its route node: a node per (key, value) match (an empty value is a
 /// `distinct` match), the limit on the last, `shadow_mode` on every node of the chain when
 /// `shadow` (the route node is not the rule's: it never has it).
-fn route(
-    name: &str,
-    rules: Vec<(Vec<(&str, &str)>, Option<RateLimitPolicy>, bool)>,
-) -> RateLimitDescriptor {
+fn route(name: &str, rules: Vec<RuleShape<'_>>) -> RateLimitDescriptor {
     let chains = rules
         .into_iter()
         .map(|(matches, limit, shadow)| {
@@ -77,7 +78,12 @@ async fn serve(configs: &[RateLimitConfig]) -> (ControlPlane, Slidegate) {
     control_plane.next_request().await;
     control_plane.push("1", "n1", configs);
     let ack = control_plane.next_request().await;
-    assert_eq!(ack.version_info, "1", "acknowledged; log:\n{}", server.log());
+    assert_eq!(
+        ack.version_info,
+        "1",
+        "acknowledged; log:\n{}",
+        server.log()
+    );
     assert!(
         ack.error_detail.is_none(),
         "NACK: {:?}",
@@ -176,7 +182,10 @@ async fn masked_remote_address_exact_distinct_and_inverted() {
     let invert = "httproute/default/cidr-invert/rule/0";
     let one = |matches| vec![(matches, policy(RateLimitUnit::Minute, 1), false)];
     let routes = vec![
-        route(exact, one(vec![("masked_remote_address", "192.168.0.0/16")])),
+        route(
+            exact,
+            one(vec![("masked_remote_address", "192.168.0.0/16")]),
+        ),
         route(
             distinct,
             one(vec![
@@ -197,13 +206,25 @@ async fn masked_remote_address_exact_distinct_and_inverted() {
     let from = |ip| {
         sent(
             distinct,
-            &[("masked_remote_address", "10.0.0.0/8"), ("remote_address", ip)],
+            &[
+                ("masked_remote_address", "10.0.0.0/8"),
+                ("remote_address", ip),
+            ],
         )
     };
-    assert_eq!(codes(&server, LISTENER, &from("10.0.0.1"), 2).await, [OK, OVER]);
-    assert_eq!(codes(&server, LISTENER, &from("10.0.0.2"), 2).await, [OK, OVER]);
+    assert_eq!(
+        codes(&server, LISTENER, &from("10.0.0.1"), 2).await,
+        [OK, OVER]
+    );
+    assert_eq!(
+        codes(&server, LISTENER, &from("10.0.0.2"), 2).await,
+        [OK, OVER]
+    );
     // Inverted: the value carries the `invert:` prefix as Envoy sends it.
-    let outside = sent(invert, &[("masked_remote_address", "invert:192.168.0.0/24")]);
+    let outside = sent(
+        invert,
+        &[("masked_remote_address", "invert:192.168.0.0/24")],
+    );
     assert_eq!(codes(&server, LISTENER, &outside, 2).await, [OK, OVER]);
 }
 
@@ -231,8 +252,14 @@ async fn month_and_year_units() {
     assert_eq!(limit.unit, RateLimitUnit::Year as i32, "{limit:?}");
     assert_eq!(codes(&server, LISTENER, &y, 1).await, [OVER]);
     let (_, rlconfig) = server.get("/rlconfig");
-    assert!(rlconfig.contains("2 per MONTH (window 30days"), "{rlconfig}");
-    assert!(rlconfig.contains("1 per YEAR (window 11months 30days 3h"), "{rlconfig}");
+    assert!(
+        rlconfig.contains("2 per MONTH (window 30days"),
+        "{rlconfig}"
+    );
+    assert!(
+        rlconfig.contains("1 per YEAR (window 11months 30days 3h"),
+        "{rlconfig}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,7 +331,11 @@ async fn a_shadow_rule_answers_ok_but_counts() {
          rule-0-match-0_rule-0-match-0.rule-0-match-1_rule-0-match-1.\
          masked_remote_address_0.0.0.0/0\"}}"
     );
-    assert_eq!(metric_value(&metrics, &series), 3.0, "{series} in\n{metrics}");
+    assert_eq!(
+        metric_value(&metrics, &series),
+        3.0,
+        "{series} in\n{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,7 +400,8 @@ async fn quota_descriptors_deny_only_when_every_one_is_over() {
     assert_eq!(denied.overall_code(), OVER, "{denied:?}");
     let (_, rlconfig) = server.get("/rlconfig");
     assert!(
-        rlconfig.contains("quota team: 1 per HOUR (window 1h, exact); quota_mode; source=xds:quota"),
+        rlconfig
+            .contains("quota team: 1 per HOUR (window 1h, exact); quota_mode; source=xds:quota"),
         "{rlconfig}"
     );
 }

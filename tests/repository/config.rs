@@ -328,7 +328,9 @@ fn check_config_warns_about_flags_without_a_limit() {
     assert_eq!(
         rules,
         [
-            format!("edge route_route.plan: 3 per MONTH (window 30days, exact) quota_mode [{file}]"),
+            format!(
+                "edge route_route.plan: 3 per MONTH (window 30days, exact) quota_mode [{file}]"
+            ),
             format!("edge route_route.user: 2 per MINUTE (window 1m, exact) shadow_mode [{file}]"),
         ]
     );
