@@ -332,6 +332,45 @@ fn check_config_warns_about_flags_without_a_limit() {
                 "edge route_route.plan: 3 per MONTH (window 30days, exact) quota_mode [{file}]"
             ),
             format!("edge route_route.user: 2 per MINUTE (window 1m, exact) shadow_mode [{file}]"),
+            format!("edge team: 1 per MONTH (window 30days, exact) quota_mode [{file}]"),
+        ]
+    );
+}
+
+/// Quota descriptors from a file: a request passes while any of its quota descriptors has room.
+#[tokio::test]
+async fn quota_descriptors_from_a_file_deny_when_every_one_is_over() {
+    let file = fixtures().join("good/flags_without_limit.yaml");
+    let server = crate::support::Slidegate::start(&file, &[]);
+    let body = serde_json::json!({
+        "domain": "edge",
+        "descriptors": [
+            {"entries": [{"key": "route", "value": "route"}, {"key": "plan", "value": "free"}]},
+            {"entries": [{"key": "team", "value": "a"}]},
+        ],
+    });
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let answer = post_json(&server, body.clone()).await;
+        let codes = [
+            &answer["overallCode"],
+            &answer["statuses"][0]["code"],
+            &answer["statuses"][1]["code"],
+        ];
+        seen.push(
+            codes
+                .map(|c| c.as_str().unwrap_or("?").to_owned())
+                .join(" "),
+        );
+    }
+    // `team` (1 per month) is over from the second request on, `plan` (3) from the fourth.
+    assert_eq!(
+        seen,
+        [
+            "OK OK OK",
+            "OK OK OVER_LIMIT",
+            "OK OK OVER_LIMIT",
+            "OVER_LIMIT OVER_LIMIT OVER_LIMIT",
         ]
     );
 }
