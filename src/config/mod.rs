@@ -10,8 +10,8 @@
 //! - `source`: where rules come from (the files, or a control plane over xDS).
 //!
 //! The format is envoyproxy/ratelimit's (one file = one `domain`, nested `descriptors` with
-//! `key`, `value`, `rate_limit`, `shadow_mode`, `detailed_metric`, `value_to_metric`,
-//! `share_threshold`), so its files load unchanged. Extensions:
+//! `key`, `value`, `rate_limit`, `shadow_mode`, `quota_mode`, `detailed_metric`,
+//! `value_to_metric`, `share_threshold`), so its files load unchanged. Extensions:
 //! - `unit_multiplier: N` in a rate limit: the window is N units (`unit: second`,
 //!   `unit_multiplier: 30` is a 30-second window).
 //! - `rate_limits: [...]` instead of `rate_limit`: several limits on one descriptor, over limit
@@ -27,8 +27,9 @@
 //!   a trailing `*`, which means the same here).
 //!
 //! Unknown keys are errors, as in the reference. Stricter than the reference, because a silently
-//! ignored line is a limit that does not apply: `shadow_mode`/`detailed_metric` on a node without
-//! a limit, and `replaces` naming no rule of the domain are errors too. YAML is read as the
+//! ignored line is a limit that does not apply: `replaces` naming no rule of the domain is an
+//! error too. Flags on a node without a limit (`shadow_mode`, `quota_mode`, `detailed_metric`)
+//! load, with a warning, as the reference accepts them. YAML is read as the
 //! reference's parser reads it (YAML 1.1, see `read`), with a warning for each difference from a
 //! strict reading.
 //!
@@ -154,6 +155,11 @@ pub struct Rule {
     pub limits: Vec<Limit>,
     pub unlimited: bool,
     pub shadow_mode: bool,
+    /// envoyproxy/ratelimit's `quota_mode`: over its limit, the descriptor reports `OVER_LIMIT`,
+    /// but the request is denied only when no other descriptor lets it through, that is when
+    /// every quota descriptor of the request is over (or an ordinary limit is). Its counters never
+    /// deny at the store, like a shadow rule's.
+    pub quota_mode: bool,
     pub detailed_metric: bool,
     /// `value_to_metric` on this rule's node or any node above it: the metrics name then carries
     /// the request's values at the levels that asked for them (see [`RuleMatch::stats_name`]).
@@ -213,6 +219,7 @@ impl fmt::Display for Rule {
         }
         let flags = [
             (self.shadow_mode, " shadow_mode"),
+            (self.quota_mode, " quota_mode"),
             (self.detailed_metric, " detailed_metric"),
             (self.value_to_metric, " value_to_metric"),
         ];

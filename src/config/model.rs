@@ -2,8 +2,8 @@
 //!
 //! Every field is optional here: a key may be missing, null, merged in from an alias or given
 //! twice, and whether a missing key is an error is for `validate` to say, with the field path.
-//! Unknown keys are errors: a misspelled `ratelimit:` or an envoyproxy/ratelimit feature slidegate
-//! does not implement (`quota_mode`) must stop the load, not silently drop a limit.
+//! Unknown keys are errors: a misspelled `ratelimit:` must stop the load, not silently drop a
+//! limit.
 //!
 //! Strings are read from any YAML scalar as written (`value: 200` is the string `"200"`), as in
 //! envoyproxy/ratelimit, whose Go structs also take scalars as strings.
@@ -81,6 +81,9 @@ pub(super) struct DescriptorModel {
     /// Extension: several limits on one descriptor.
     pub rate_limits: Option<Vec<Option<RateLimitModel>>>,
     pub shadow_mode: Option<bool>,
+    /// envoyproxy/ratelimit's quota descriptors: over limit, they deny only when every quota
+    /// descriptor of the request is (see `Rule::quota_mode`).
+    pub quota_mode: Option<bool>,
     pub detailed_metric: Option<bool>,
     pub value_to_metric: Option<bool>,
     pub share_threshold: Option<bool>,
@@ -89,14 +92,15 @@ pub(super) struct DescriptorModel {
 
 impl Record for DescriptorModel {
     const EXPECTING: &'static str = "a descriptor: a map with `key` and optionally `value`, \
-        `rate_limit`, `rate_limits`, `shadow_mode`, `detailed_metric`, `value_to_metric`, \
-        `share_threshold`, `descriptors`, `metadata`";
+        `rate_limit`, `rate_limits`, `shadow_mode`, `quota_mode`, `detailed_metric`, \
+        `value_to_metric`, `share_threshold`, `descriptors`, `metadata`";
     const FIELDS: &'static [&'static str] = &[
         "key",
         "value",
         "rate_limit",
         "rate_limits",
         "shadow_mode",
+        "quota_mode",
         "detailed_metric",
         "value_to_metric",
         "share_threshold",
@@ -119,6 +123,7 @@ impl Record for DescriptorModel {
             }
             "rate_limits" => self.rate_limits = cx.list(map)?,
             "shadow_mode" => self.shadow_mode = cx.flag(map)?,
+            "quota_mode" => self.quota_mode = cx.flag(map)?,
             "detailed_metric" => self.detailed_metric = cx.flag(map)?,
             "value_to_metric" => self.value_to_metric = cx.flag(map)?,
             "share_threshold" => self.share_threshold = cx.flag(map)?,
@@ -136,7 +141,7 @@ impl Record for DescriptorModel {
 
     fn merge(&mut self, other: Self) -> Vec<&'static str> {
         merge_fields!(self, other;
-            plain: key, value, rate_limits, shadow_mode, detailed_metric, value_to_metric,
+            plain: key, value, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric,
                 share_threshold, descriptors;
             records: rate_limit)
     }

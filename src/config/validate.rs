@@ -219,12 +219,14 @@ impl Compiler {
             rate_limit,
             rate_limits,
             shadow_mode,
+            quota_mode,
             detailed_metric,
             value_to_metric,
             share_threshold,
             descriptors,
         } = descriptor;
         let shadow_mode = shadow_mode.unwrap_or(false);
+        let quota_mode = quota_mode.unwrap_or(false);
         let detailed_metric = detailed_metric.unwrap_or(false);
         let value_to_metric = value_to_metric.unwrap_or(false);
         let share_threshold = share_threshold.unwrap_or(false);
@@ -266,6 +268,7 @@ impl Compiler {
         let value_to_metric_on_path = parent_value_to_metric || value_to_metric;
         let rule_flags = RuleFlags {
             shadow_mode,
+            quota_mode,
             detailed_metric,
             value_to_metric: value_to_metric_on_path,
         };
@@ -328,18 +331,7 @@ impl Compiler {
                 if unreadable {
                     return None;
                 }
-                if flags.shadow_mode {
-                    self.error(
-                        &format!("{loc}.shadow_mode"),
-                        "has no effect without `rate_limit` or `rate_limits` on the same descriptor",
-                    );
-                }
-                if flags.detailed_metric {
-                    self.error(
-                        &format!("{loc}.detailed_metric"),
-                        "has no effect without `rate_limit` or `rate_limits` on the same descriptor",
-                    );
-                }
+                self.flags_without_limit(loc, flags);
                 return None;
             }
         };
@@ -386,6 +378,7 @@ impl Compiler {
             limits: limits.into_iter().map(|(_, limit)| limit).collect(),
             unlimited: status.unlimited,
             shadow_mode: flags.shadow_mode,
+            quota_mode: flags.quota_mode,
             detailed_metric: flags.detailed_metric,
             value_to_metric: flags.value_to_metric,
             replaces: status.replaces,
@@ -395,6 +388,24 @@ impl Compiler {
         let at = status.replaces_at.unwrap_or(base);
         self.rules.push((at, rule.clone()));
         Some(rule)
+    }
+
+    /// Flags of a node without a limit act on nothing: envoyproxy/ratelimit accepts them (and
+    /// Envoy Gateway sets `shadow_mode` on every node of a shadow rule's chain), so they load,
+    /// with a warning that `check-config` shows.
+    fn flags_without_limit(&mut self, loc: &str, flags: RuleFlags) {
+        let set = [
+            ("shadow_mode", flags.shadow_mode),
+            ("quota_mode", flags.quota_mode),
+            ("detailed_metric", flags.detailed_metric),
+        ];
+        for (field, _) in set.into_iter().filter(|(_, on)| *on) {
+            self.warn(
+                &format!("{loc}.{field}"),
+                "has no effect without `rate_limit` or `rate_limits` on the same descriptor \
+                 (it is not inherited by the descriptors below)",
+            );
+        }
     }
 
     fn name_and_replaces(&mut self, model: &RateLimitModel, at: &str, status: &mut RuleStatus) {
@@ -627,6 +638,7 @@ impl Compiler {
 #[derive(Clone, Copy)]
 struct RuleFlags {
     shadow_mode: bool,
+    quota_mode: bool,
     detailed_metric: bool,
     /// `value_to_metric` on this node or any parent.
     value_to_metric: bool,

@@ -24,7 +24,12 @@
 //!
 //! Statuses follow envoyproxy/ratelimit: a descriptor with no rule (or an unknown domain) is OK with
 //! no limit and `limit_remaining` 0; an `unlimited` rule is OK with `limit_remaining` `u32::MAX`.
-//! A rule with `shadow_mode` is counted but reported OK. Under the global shadow mode every counter
+//! A rule with `shadow_mode` is counted but reported OK. A rule with `quota_mode` reports
+//! `OVER_LIMIT` when over, but as envoyproxy/ratelimit, the overall code is `OVER_LIMIT` only when
+//! an ordinary descriptor is over or every quota descriptor of the request is (a shadow one counts
+//! as not over). Its counters never deny at the store, so the store records the request's hits on
+//! every counter under its limit; when every quota descriptor is over, the request is denied even
+//! so, and those hits stay recorded. Under the global shadow mode every counter
 //! is a shadow counter: descriptors still report `OVER_LIMIT` truthfully, but the overall code is
 //! always OK, so nothing is denied.
 //!
@@ -273,7 +278,7 @@ impl RateLimiter {
                 duration_until_reset: Some(result.reset_after),
             });
         }
-        let overall = self.overall(&statuses);
+        let overall = self.overall(plans, &statuses);
         let headers = match header_choice {
             Some((chosen, _, range)) if self.options.response_headers => headers(
                 &counters[chosen],
@@ -314,7 +319,7 @@ impl RateLimiter {
             })
             .collect();
         Ok(Response {
-            overall: self.overall(&statuses),
+            overall: self.overall(plans, &statuses),
             statuses,
             headers: Vec::new(),
         })
@@ -388,10 +393,22 @@ impl RateLimiter {
         }
     }
 
-    /// OVER_LIMIT when any descriptor is, unless the global shadow mode is on.
-    fn overall(&self, statuses: &[DescriptorStatus]) -> Code {
-        let any_over = statuses.iter().any(|s| s.code == Code::OverLimit);
-        if any_over && !self.options.shadow_mode {
+    /// OVER_LIMIT when any ordinary descriptor is, or every quota descriptor is (there being
+    /// any), unless the global shadow mode is on.
+    fn overall(&self, plans: &[Plan<'_>], statuses: &[DescriptorStatus]) -> Code {
+        let (mut ordinary_over, mut quotas, mut quotas_over) = (false, 0usize, 0usize);
+        for (plan, status) in plans.iter().zip(statuses) {
+            let over = status.code == Code::OverLimit;
+            match plan {
+                Plan::Limited(l) | Plan::OverBudget(l) if l.quota => {
+                    quotas += 1;
+                    quotas_over += usize::from(over);
+                }
+                _ => ordinary_over |= over,
+            }
+        }
+        let over = ordinary_over || (quotas > 0 && quotas == quotas_over);
+        if over && !self.options.shadow_mode {
             Code::OverLimit
         } else {
             Code::Ok

@@ -38,6 +38,9 @@ pub(super) struct Limited<'a> {
     /// In the order of the descriptor's counters.
     pub(super) limits: Cow<'a, [Limit]>,
     pub(super) shadow: bool,
+    /// The rule's `quota_mode`: its counters never deny at the store (as a shadow rule's); over
+    /// limit, it reports `OVER_LIMIT`, and the request is denied when every quota descriptor is.
+    pub(super) quota: bool,
     pub(super) hits: u64,
     /// What its counters do with the hits.
     pub(super) kind: HitKind,
@@ -108,6 +111,7 @@ impl RateLimiter {
                             own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
+                            quota: m.rule.quota_mode,
                             hits,
                             kind,
                             counters: 0..0,
@@ -121,7 +125,7 @@ impl RateLimiter {
         // request: its other counters are only checked (charges and returns still land).
         let denied = plans
             .iter()
-            .any(|p| matches!(p, Plan::OverBudget(l) if !l.shadow));
+            .any(|p| matches!(p, Plan::OverBudget(l) if !l.shadow && !l.quota));
         if denied && !self.options.shadow_mode {
             counters
                 .iter_mut()
@@ -164,7 +168,7 @@ impl RateLimiter {
             tag(),
             &limited.limits,
             limited.hits,
-            limited.shadow,
+            limited.shadow || limited.quota,
             limited.kind,
         );
         Plan::Limited(limited)
@@ -242,6 +246,7 @@ pub(super) fn override_plan<'a>(
         own_labels: false,
         limits: Cow::Owned(vec![limit]),
         shadow: false,
+        quota: false,
         hits,
         kind,
         counters: 0..0,

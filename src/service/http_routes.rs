@@ -267,6 +267,7 @@ async fn rlconfig(State(state): State<AppState>) -> Response {
         }
         for (set, flag) in [
             (rule.shadow_mode, "shadow_mode"),
+            (rule.quota_mode, "quota_mode"),
             (rule.detailed_metric, "detailed_metric"),
             (rule.value_to_metric, "value_to_metric"),
         ] {

@@ -10,6 +10,7 @@ mod otlp;
 mod support;
 
 mod charges;
+mod eg_translator;
 mod hostile;
 mod reload;
 mod service;

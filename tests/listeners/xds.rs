@@ -77,14 +77,14 @@ impl AggregatedDiscoveryService for Ads {
 }
 
 /// A control plane on a free port; stops with the test's runtime.
-struct ControlPlane {
+pub(super) struct ControlPlane {
     port: u16,
     ads: Ads,
     requests: UnboundedReceiver<DiscoveryRequest>,
 }
 
 impl ControlPlane {
-    async fn start() -> ControlPlane {
+    pub(super) async fn start() -> ControlPlane {
         ControlPlane::start_with(tonic::transport::Server::builder()).await
     }
 
@@ -135,7 +135,7 @@ impl ControlPlane {
     }
 
     /// The next request slidegate sent.
-    async fn next_request(&mut self) -> DiscoveryRequest {
+    pub(super) async fn next_request(&mut self) -> DiscoveryRequest {
         tokio::time::timeout(Duration::from_secs(20), self.requests.recv())
             .await
             .expect("a request from slidegate within 20 s")
@@ -143,7 +143,7 @@ impl ControlPlane {
     }
 
     /// Sends the state of the world on the newest stream.
-    fn push(&self, version: &str, nonce: &str, configs: &[RateLimitConfig]) {
+    pub(super) fn push(&self, version: &str, nonce: &str, configs: &[RateLimitConfig]) {
         let response = DiscoveryResponse {
             version_info: version.to_owned(),
             resources: configs.iter().map(resource).collect(),
@@ -192,7 +192,7 @@ fn domain(name: &str, key: &str, requests: u32) -> RateLimitConfig {
 }
 
 /// slidegate with rules from `control_plane`, reconnecting quickly.
-fn slidegate(control_plane: &ControlPlane, extra: &[&str]) -> Slidegate {
+pub(super) fn slidegate(control_plane: &ControlPlane, extra: &[&str]) -> Slidegate {
     let url = control_plane.url();
     let mut args = vec![
         "--xds-server",
@@ -240,7 +240,7 @@ fn ready(server: &Slidegate) -> bool {
     server.get("/healthcheck").0 == 200
 }
 
-fn wait_ready(server: &Slidegate) {
+pub(super) fn wait_ready(server: &Slidegate) {
     let ok = wait_until(Duration::from_secs(10), || ready(server));
     assert!(ok, "not ready; log:\n{}", server.log());
 }
@@ -336,10 +336,13 @@ async fn a_bad_resource_is_refused_whole_with_the_reason() {
     control_plane.next_request().await;
     wait_ready(&server);
 
-    // A good change to alpha next to a resource slidegate cannot honour.
-    let mut quota = domain("gamma", "k", 5);
-    quota.descriptors[0].quota_mode = true;
-    control_plane.push("2", "n2", &[domain("alpha", "k", 100), quota]);
+    // A good change to alpha next to a resource slidegate cannot honour (a unit number the proto
+    // does not define, which envoyproxy/ratelimit refuses too).
+    let mut bad = domain("gamma", "k", 5);
+    if let Some(policy) = bad.descriptors[0].rate_limit.as_mut() {
+        policy.unit = 42;
+    }
+    control_plane.push("2", "n2", &[domain("alpha", "k", 100), bad]);
     let nack = control_plane.next_request().await;
     assert_eq!(
         nack.version_info, "1",
@@ -351,7 +354,7 @@ async fn a_bad_resource_is_refused_whole_with_the_reason() {
     assert!(
         detail
             .message
-            .contains("xds:gamma: descriptors[0].quota_mode: not supported"),
+            .contains("xds:gamma: descriptors[0].rate_limit.unit: unknown unit number 42"),
         "{}",
         detail.message
     );

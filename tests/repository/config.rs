@@ -197,7 +197,8 @@ fn check_config_reports_every_error_of_a_file() {
     assert_contains_all(
         &stderr(&out),
         &[
-            "every_error.yaml: descriptors[0].shadow_mode: has no effect without `rate_limit`",
+            "every_error.yaml: descriptors[0].rate_limit.requests_per_unit: missing \
+             `requests_per_unit`",
             "every_error.yaml: descriptors[1].rate_limit.unit: unknown unit \"fortnight\"",
             "every_error.yaml: descriptors[2]: unknown field `ratelimit`",
         ],
@@ -298,6 +299,80 @@ fn check_config_warns_where_joined_matching_differs() {
     let out = check_config(&fixtures().join("good/matching.yaml"));
     assert!(out.status.success(), "{out:?}");
     assert!(!stderr(&out).contains("warning"), "{out:?}");
+}
+
+/// Flags on a descriptor without a limit act on nothing, and envoyproxy/ratelimit accepts them
+/// (Envoy Gateway sets `shadow_mode` on every descriptor of a shadow rule's chain): they load,
+/// with a warning, and the limits below them keep their own flags.
+#[test]
+fn check_config_warns_about_flags_without_a_limit() {
+    let file = fixtures().join("good/flags_without_limit.yaml");
+    let out = check_config(&file);
+    assert!(out.status.success(), "{out:?}");
+    let mut expected = Vec::new();
+    for field in ["shadow_mode", "quota_mode", "detailed_metric"] {
+        expected.push(format!(
+            "flags_without_limit.yaml: descriptors[0].{field}: has no effect without `rate_limit`"
+        ));
+    }
+    let expected: Vec<&str> = expected.iter().map(String::as_str).collect();
+    assert_contains_all(&stderr(&out), &expected);
+    let mut rules: Vec<String> = load_path(&file)
+        .expect("loads")
+        .rules()
+        .iter()
+        .map(|rule| rule.to_string())
+        .collect();
+    rules.sort();
+    let file = file.display();
+    assert_eq!(
+        rules,
+        [
+            format!(
+                "edge route_route.plan: 3 per MONTH (window 30days, exact) quota_mode [{file}]"
+            ),
+            format!("edge route_route.user: 2 per MINUTE (window 1m, exact) shadow_mode [{file}]"),
+            format!("edge team: 1 per MONTH (window 30days, exact) quota_mode [{file}]"),
+        ]
+    );
+}
+
+/// Quota descriptors from a file: a request passes while any of its quota descriptors has room.
+#[tokio::test]
+async fn quota_descriptors_from_a_file_deny_when_every_one_is_over() {
+    let file = fixtures().join("good/flags_without_limit.yaml");
+    let server = crate::support::Slidegate::start(&file, &[]);
+    let body = serde_json::json!({
+        "domain": "edge",
+        "descriptors": [
+            {"entries": [{"key": "route", "value": "route"}, {"key": "plan", "value": "free"}]},
+            {"entries": [{"key": "team", "value": "a"}]},
+        ],
+    });
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let answer = post_json(&server, body.clone()).await;
+        let codes = [
+            &answer["overallCode"],
+            &answer["statuses"][0]["code"],
+            &answer["statuses"][1]["code"],
+        ];
+        seen.push(
+            codes
+                .map(|c| c.as_str().unwrap_or("?").to_owned())
+                .join(" "),
+        );
+    }
+    // `team` (1 per month) is over from the second request on, `plan` (3) from the fourth.
+    assert_eq!(
+        seen,
+        [
+            "OK OK OK",
+            "OK OK OVER_LIMIT",
+            "OK OK OVER_LIMIT",
+            "OVER_LIMIT OVER_LIMIT OVER_LIMIT",
+        ]
+    );
 }
 
 /// `WEEK` in a limit override, as a number on gRPC (7, the response's WEEK) and by name on /json.

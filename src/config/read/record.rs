@@ -232,12 +232,6 @@ impl<'de, T: Record> Visitor<'de> for MergeSeed<'_, T> {
     }
 }
 
-/// envoyproxy/ratelimit features that slidegate does not implement, with what to do instead.
-const UNSUPPORTED: &[(&str, &str)] = &[(
-    "quota_mode",
-    "envoyproxy/ratelimit's quota_mode is not supported by slidegate",
-)];
-
 /// "unknown field `X`, expected one of `a`, `b`", with a hint where one can be guessed.
 fn unknown_field<T: Record>(name: &str) -> String {
     let expected: Vec<String> = T::FIELDS.iter().map(|f| format!("`{f}`")).collect();
@@ -251,11 +245,8 @@ fn unknown_field<T: Record>(name: &str) -> String {
     }
 }
 
-/// A hint for an unknown field: unsupported, or a misspelling of a known one.
+/// A hint for an unknown field: a misspelling of a known one.
 fn hint(unknown: &str, fields: &[&str]) -> Option<String> {
-    if let Some((_, hint)) = UNSUPPORTED.iter().find(|(field, _)| *field == unknown) {
-        return Some((*hint).to_owned());
-    }
     let squash = |s: &str| s.replace(['_', '-'], "").to_ascii_lowercase();
     fields
         .iter()
@@ -268,13 +259,12 @@ mod tests {
     use super::hint;
 
     #[test]
-    fn hints_for_misspelled_and_unsupported_fields() {
+    fn hints_for_misspelled_fields() {
         let fields = ["key", "rate_limit", "rate_limits"];
         assert_eq!(
             hint("ratelimit", &fields).as_deref(),
             Some("did you mean `rate_limit`?")
         );
-        assert!(hint("quota_mode", &fields).is_some_and(|h| h.contains("not supported")));
         assert_eq!(hint("zzz", &fields), None);
     }
 }

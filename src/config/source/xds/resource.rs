@@ -4,9 +4,13 @@
 //! written out as the YAML file it stands for and loaded by the code that loads rule files
 //! ([`load_sources`]): one validation, the same error messages with the same field paths
 //! (`descriptors[0].rate_limit.unit`), and a checksum of the text for `/rlconfig` and the metrics.
-//! The fields slidegate has no counterpart for (`quota_mode`, `metadata`) and unit numbers the
-//! proto does not define are refused here, naming the field, since ignoring them would serve
-//! limits other than the ones the control plane meant.
+//! What envoyproxy/ratelimit accepts from a control plane is accepted here too, since one refused
+//! resource NACKs the whole response (every domain keeps its old rules). So the conversion leaves
+//! out what acts on nothing: the flags of a node without a `rate_limit` (Envoy Gateway sets
+//! `shadow_mode` on every node of a shadow rule's chain), `metadata` (returned as dynamic metadata
+//! by envoyproxy/ratelimit, which slidegate does not send), and the count of an unlimited rule.
+//! Unit numbers the proto does not define are refused here, naming the field, as envoyproxy/
+//! ratelimit refuses them; everything else is the rule files' own validation.
 
 use std::collections::HashMap;
 
@@ -115,31 +119,6 @@ fn descriptor(
     file: &str,
     errors: &mut Vec<ConfigError>,
 ) -> Value {
-    let mut refuse = |field: &str, message: &str| {
-        errors.push(ConfigError {
-            file: file.to_owned(),
-            message: format!("{loc}.{field}: {message}"),
-        })
-    };
-    if descriptor.quota_mode {
-        refuse(
-            "quota_mode",
-            "not supported by slidegate (envoyproxy/ratelimit's quota descriptors deny only when \
-             all of them are over their limits); the resource is refused rather than enforced \
-             differently",
-        );
-    }
-    if descriptor
-        .metadata
-        .as_ref()
-        .is_some_and(|m| !m.fields.is_empty())
-    {
-        refuse(
-            "metadata",
-            "not supported by slidegate (it would be returned as dynamic metadata, which \
-             slidegate does not send); remove it",
-        );
-    }
     let mut node = Map::new();
     node.insert("key".into(), descriptor.key.clone().into());
     if !descriptor.value.is_empty() {
@@ -149,11 +128,15 @@ fn descriptor(
         let at = format!("{loc}.rate_limit");
         node.insert("rate_limit".into(), rate_limit(policy, &at, file, errors));
     }
-    if descriptor.shadow_mode {
-        node.insert("shadow_mode".into(), true.into());
-    }
-    if descriptor.detailed_metric {
-        node.insert("detailed_metric".into(), true.into());
+    let flags = [
+        ("shadow_mode", descriptor.shadow_mode),
+        ("quota_mode", descriptor.quota_mode),
+        ("detailed_metric", descriptor.detailed_metric),
+    ];
+    if descriptor.rate_limit.is_some() {
+        for (field, _) in flags.into_iter().filter(|(_, on)| *on) {
+            node.insert(field.into(), true.into());
+        }
     }
     if !descriptor.descriptors.is_empty() {
         let children = descriptors(&descriptor.descriptors, loc, file, errors);
@@ -163,8 +146,9 @@ fn descriptor(
 }
 
 /// A policy as a YAML `rate_limit`. Proto3 cannot tell an unset field from its zero value, so
-/// zeros are left out where the YAML would reject them (the unit and count of an unlimited rule)
-/// and written where they mean something (a limit of 0 requests denies everything).
+/// zeros are left out where the YAML would reject them (the unit of an unlimited rule) and written
+/// where they mean something (a limit of 0 requests denies everything). An unlimited rule's count
+/// is left out whatever it is: envoyproxy/ratelimit ignores it.
 fn rate_limit(
     policy: &RateLimitPolicy,
     at: &str,
@@ -186,7 +170,7 @@ fn rate_limit(
             ),
         }),
     }
-    if !(policy.unlimited && policy.requests_per_unit == 0) {
+    if !policy.unlimited {
         limit.insert("requests_per_unit".into(), policy.requests_per_unit.into());
     }
     if policy.unlimited {
@@ -270,12 +254,64 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_fields_are_refused_with_their_path() {
+    fn what_envoyproxy_ratelimit_accepts_is_accepted() {
         let mut metadata = envoy_types::pb::google::protobuf::Struct::default();
         metadata.fields.insert(
             "team".into(),
             envoy_types::pb::google::protobuf::Value::default(),
         );
+        // Envoy Gateway's shadow chain: `shadow_mode` on every node, the limit on the last.
+        let config = RateLimitConfig {
+            name: "edge".into(),
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                key: "route".into(),
+                value: "route".into(),
+                shadow_mode: true,
+                detailed_metric: true,
+                quota_mode: true,
+                metadata: Some(metadata),
+                descriptors: vec![
+                    RateLimitDescriptor {
+                        key: "b".into(),
+                        rate_limit: policy(RateLimitUnit::Month, 1),
+                        shadow_mode: true,
+                        ..Default::default()
+                    },
+                    RateLimitDescriptor {
+                        key: "q".into(),
+                        rate_limit: policy(RateLimitUnit::Week, 2),
+                        quota_mode: true,
+                        ..Default::default()
+                    },
+                    RateLimitDescriptor {
+                        key: "free".into(),
+                        rate_limit: Some(RateLimitPolicy {
+                            unlimited: true,
+                            requests_per_unit: 7,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }],
+        };
+        let rules = rules_from(&[any(&config)]).expect("accepted");
+        let mut lines: Vec<String> = rules.rules().iter().map(|r| r.to_string()).collect();
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                "edge route_route.b: 1 per MONTH (window 30days, exact) shadow_mode [xds:edge]",
+                "edge route_route.free: unlimited [xds:edge]",
+                "edge route_route.q: 2 per WEEK (window 7days, exact) quota_mode [xds:edge]",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_unit_number_is_refused_with_its_path() {
         let config = RateLimitConfig {
             name: "edge".into(),
             domain: "edge".into(),
@@ -289,8 +325,6 @@ mod tests {
                         requests_per_unit: 1,
                         ..Default::default()
                     }),
-                    quota_mode: true,
-                    metadata: Some(metadata),
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -299,13 +333,9 @@ mod tests {
         let errors = rules_from(&[any(&config)])
             .expect_err("refused")
             .to_string();
-        for expected in [
-            "xds:edge: descriptors[0].descriptors[0].quota_mode: not supported",
-            "xds:edge: descriptors[0].descriptors[0].metadata: not supported",
-            "xds:edge: descriptors[0].descriptors[0].rate_limit.unit: unknown unit number 42",
-        ] {
-            assert!(errors.contains(expected), "{expected:?} in {errors}");
-        }
+        let expected =
+            "xds:edge: descriptors[0].descriptors[0].rate_limit.unit: unknown unit number 42";
+        assert!(errors.contains(expected), "{expected:?} in {errors}");
     }
 
     #[test]
