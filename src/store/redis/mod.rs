@@ -647,7 +647,10 @@ impl Shared {
         let text = self.redactor.clean(&e.to_string());
         if e.is_timeout() {
             StoreError::Timeout(self.timeout)
-        } else if e.code() == Some("OOM") {
+        } else if e.code() == Some("OOM") || text.contains("OOM command not allowed") {
+            // Redis 6.x reports a refusal inside the script as a script error (`ERR Error running
+            // script ...: -OOM command not allowed ...`); it comes before the script's first
+            // write, so nothing was recorded, as with Redis 7's refusal before the script runs.
             StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
         } else if connection_lost(&e) {
             StoreError::Connection(format!("{}: {text}", self.endpoint))
