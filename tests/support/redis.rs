@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::{CertFiles, KillOnDrop, free_port, require_program, spawn_listening};
+use super::{CertFiles, KillOnDrop, free_port, redis_server_program, require_program, spawn_listening};
 
 mod cluster;
 
@@ -35,7 +35,7 @@ impl RedisServer {
     /// Starts redis-server (bound to 127.0.0.1, no persistence, in a fresh directory) with `args`,
     /// which must make it listen on `port`, and waits until that port accepts connections.
     pub fn spawn(args: &[&str], port: u16) -> Option<RedisServer> {
-        let bin = require_program("redis-server")?;
+        let bin = redis_server_program()?;
         let dir = tempfile::tempdir().expect("tempdir");
         let mut command = redis_server_command(&bin, dir.path(), args);
         Some(RedisServer {
@@ -115,7 +115,7 @@ impl TlsRedisServer {
     /// Starts one; `None` when redis-server is missing outside CI. `extra` as for
     /// [`RedisServer::start_with`] (e.g. `--requirepass`).
     pub fn start(extra: &[&str]) -> Option<TlsRedisServer> {
-        require_program("redis-server")?;
+        redis_server_program()?;
         let ca = CertFiles::new();
         let tls_port = free_port();
         let tls_port_arg = tls_port.to_string();

@@ -15,14 +15,30 @@ const SOURCE: &str = include_str!("../sliding_window.lua");
 /// no preparation.
 pub static SCRIPT: LazyLock<::redis::Script> = LazyLock::new(|| ::redis::Script::new(SOURCE));
 
-/// The same script for servers before Redis 7.0, which read `#!lua` as a Lua syntax error: the
-/// header line becomes `redis.replicate_commands()`, so that the script's writes after `TIME` are
-/// replicated as effects even where `lua-replicate-commands` was turned off (7.0 always does; the
-/// call is a no-op there). The line count stays, and so the line numbers in Redis's messages.
+/// The same script for servers before Redis 7.0, which read `#!lua` as a Lua syntax error. Its
+/// first line takes the header's place (so the line numbers in Redis's messages stay) and does
+/// what the header's flags do on 7.x (see [`HEADERLESS_FIRST_LINE`]).
 pub static HEADERLESS: LazyLock<::redis::Script> = LazyLock::new(|| {
     let body = SOURCE.split_once('\n').map_or("", |(_, body)| body);
-    ::redis::Script::new(&format!("redis.replicate_commands()\n{body}"))
+    ::redis::Script::new(&format!("{HEADERLESS_FIRST_LINE}\n{body}"))
 });
+
+/// The headerless script's first line:
+/// - `redis.replicate_commands()`: the writes after `TIME` are replicated as effects even where
+///   `lua-replicate-commands` was turned off (7.0 always does so; the call is a no-op there).
+/// - The `maxmemory` check up front. Redis 6 checks memory only at a script's first write that
+///   can grow memory, and lets a script that has written once go on past the limit; the trim is a
+///   write that cannot, so without this line a Redis at `maxmemory` (`noeviction`) would let every
+///   exact counter record past its limit. A `ZADD ... XX` of a member that no counter holds is
+///   such a write that changes nothing (on a missing key, on a sorted set; a hash answers
+///   `WRONGTYPE`, ignored): at the limit Redis refuses it, and the script answers Redis 7's `OOM`
+///   error before it has written anything; otherwise Redis counts the script as having written,
+///   as Redis 7 does once its up-front check passed. A call without keys (the health probe) writes
+///   nothing and is not checked.
+const HEADERLESS_FIRST_LINE: &str = "redis.replicate_commands() if #KEYS > 0 then local oom = \
+    redis.pcall('ZADD', KEYS[1], 'XX', 0, '') if type(oom) == 'table' and oom.err and \
+    string.find(oom.err, 'OOM', 1, true) then return redis.error_reply(\"OOM command not allowed \
+    when used memory > 'maxmemory' (checked before the script's first write)\") end end";
 
 /// Which of the two scripts a store sends: the one with the header until a server refuses to
 /// compile it (Redis 6.x), the headerless one from then on, for every node of the store (it runs
