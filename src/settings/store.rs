@@ -165,7 +165,10 @@ impl StoreSettings {
                     source,
                 },
             })?;
-        if let Err(error) = store.ping().await {
+        // An incompatible store is logged at `error` by the store itself and by health.
+        if let Err(error) = store.ping().await
+            && !matches!(error, StoreError::Incompatible(_))
+        {
             tracing::warn!(target: LOG_TARGET, %error, store = store.kind(), "Redis does not answer yet");
         }
         Ok(store)

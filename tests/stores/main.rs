@@ -13,5 +13,6 @@ mod faults;
 mod precision;
 mod redis_health;
 mod reshard;
+mod script_health;
 mod sentinel;
 mod store;

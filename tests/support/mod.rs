@@ -25,6 +25,6 @@ pub use process::{KillOnDrop, free_port, rss_kib, send_signal, spawn_listening, 
 pub use programs::{envoy_program, redis_server_program, require_program, run_ok};
 pub use redis::{
     RedisCluster, RedisServer, TlsRedisCluster, TlsRedisServer, command_calls, redis_cli,
-    redis_server_command,
+    redis_server_command, redis_server_major,
 };
 pub use slidegate::{Slidegate, bench_command, slidegate_command};

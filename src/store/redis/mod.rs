@@ -698,15 +698,14 @@ impl Shared {
             self.note(conn, Ok(()));
             return Ok(());
         }
-        let result = result
-            .and_then(|reply| match script::header(&reply) {
-                Some(_) => Ok(()),
-                None => Err(StoreError::Incompatible(format!(
-                    "{}: the sliding-window script answered {} bytes to the health probe",
-                    self.endpoint,
-                    reply.len()
-                ))),
-            });
+        let result = result.and_then(|reply| match script::header(&reply) {
+            Some(_) => Ok(()),
+            None => Err(StoreError::Incompatible(format!(
+                "{}: the sliding-window script answered {} bytes to the health probe",
+                self.endpoint,
+                reply.len()
+            ))),
+        });
         self.note(conn, result.as_ref().map(|_| ()));
         result
     }

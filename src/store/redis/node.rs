@@ -74,7 +74,9 @@ impl LogEvery {
     /// One occurrence at `elapsed` since the epoch: `Some(n)` when it is to be logged, standing
     /// for `n` occurrences, `None` when it is only counted.
     fn occurred(&self, elapsed: Duration) -> Option<u64> {
-        let now = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX).max(1);
+        let now = u64::try_from(elapsed.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
         let last = self.last.load(Ordering::Relaxed);
         let every = u64::try_from(self.every.as_millis()).unwrap_or(u64::MAX);
         let due = last == 0 || now.saturating_sub(last) >= every;

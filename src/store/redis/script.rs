@@ -61,7 +61,10 @@ impl Dialect {
     /// Loads the script into the server behind `conn` (after `NOSCRIPT`). A server that cannot
     /// compile the header (before 7.0) gets the headerless script, and the store sends that one
     /// from then on.
-    async fn load<C: ::redis::aio::ConnectionLike>(&self, conn: &mut C) -> ::redis::RedisResult<()> {
+    async fn load<C: ::redis::aio::ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> ::redis::RedisResult<()> {
         let script = self.script();
         match script.prepare_invoke().load_async(conn).await {
             Err(e) if !std::ptr::eq(script, &*HEADERLESS) && refuses_header(&e) => {

@@ -4,7 +4,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::RedisServer;
-use crate::support::{CertFiles, free_port, redis_server_program, require_program, run_ok, wait_until};
+use crate::support::{
+    CertFiles, free_port, redis_server_program, require_program, run_ok, wait_until,
+};
 
 /// A 3-master Redis Cluster (no replicas) on free ports, killed on drop.
 pub struct RedisCluster {
