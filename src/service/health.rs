@@ -12,6 +12,7 @@
 //!   renamed or forbidden, a Lua error): permanent until the server changes, so NOT_SERVING
 //!   whatever the settings. A pod in a restart loop is visible; calls failing open are not. The
 //!   store logs it at `error` (rate-limited) and counts it.
+//!
 //! No rules (an empty rule directory) is still SERVING, as in envoyproxy/ratelimit: a
 //! Kubernetes ConfigMap may start empty, and every request is answered OK until rules arrive;
 //! `GET /healthcheck` says so in its body. With rules from a control plane (xDS), NOT_SERVING

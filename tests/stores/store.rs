@@ -1667,7 +1667,10 @@ async fn redis_bytes_per_tracked_hit() {
     let one = format!("{PREFIX}{}", counter("mem100", "0", 100, w, 1).key.as_str());
     // Redis 6 calls the compact encoding ziplist.
     let encoding = server.cli(&["OBJECT", "ENCODING", &one]);
-    assert!(matches!(encoding.as_str(), "listpack" | "ziplist"), "{encoding}");
+    assert!(
+        matches!(encoding.as_str(), "listpack" | "ziplist"),
+        "{encoding}"
+    );
     let usage: f64 = server
         .cli(&["MEMORY", "USAGE", &one, "SAMPLES", "0"])
         .parse()
