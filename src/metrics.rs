@@ -9,12 +9,13 @@
 //! | `slidegate_no_rule_total` | counter | `domain` | descriptors of a known domain that matched no rule (answered OK) |
 //! | `slidegate_request_duration_seconds` | histogram | `transport` (`grpc`, `json`, `check`) | time to answer one request |
 //! | `slidegate_store_duration_seconds` | histogram | | time of one store decision (one round trip) |
-//! | `slidegate_store_errors_total` | counter | `kind` (`timeout`, `connection`, `oom`, `backend`) | failed store decisions (`oom`: Redis at `maxmemory` refused the write) |
+//! | `slidegate_store_errors_total` | counter | `kind` (`timeout`, `connection`, `oom`, `backend`, `incompatible`) | failed store decisions (`oom`: Redis at `maxmemory` refused the write; `incompatible`: Redis answered but cannot run the script) |
 //! | `slidegate_store_failovers_total` | counter | | Redis Sentinel failovers followed: the sentinels named a new primary and the store moved to it |
 //! | `slidegate_redis_call_duration_seconds` | histogram | | time of one script call to Redis that got an answer (a call may decide several requests) |
-//! | `slidegate_redis_calls_total` | counter | `result` (`ok`, `expired`, `timeout`, `connection`, `oom`, `backend`) | script calls to Redis by how they ended for their callers |
+//! | `slidegate_redis_calls_total` | counter | `result` (`ok`, `expired`, `timeout`, `connection`, `oom`, `backend`, `incompatible`) | script calls to Redis by how they ended for their callers |
 //! | `slidegate_redis_deadline_expired_total` | counter | | script calls that reached Redis after their callers' deadline and recorded nothing, answered in time or late |
 //! | `slidegate_redis_late_recorded_total` | counter | | script calls answered after their callers gave up that had run before the deadline: the hits of the requests they admitted count although the callers got the failure mode |
+//! | `slidegate_redis_incompatible_total` | counter | | script calls and health checks that Redis answered but could not run the script for (a server before 6.0, `EVALSHA` renamed or forbidden by an ACL, a Lua error): permanent until the server changes, and health is `NOT_SERVING` meanwhile |
 //! | `slidegate_redis_node_up` | gauge | `node` (`host:port`; in a cluster each node, and `cluster` for the cluster as calls see it; through Sentinel the primary in use) | 1 while the last call or health check on the node got an answer, 0 after one failed to connect or timed out (a cluster node: its connection connected or got a reply, or failed to connect, dropped or timed out) |
 //! | `slidegate_store_redirections_total` | counter | `kind` (`moved`, `ask`, `tryagain`) | Redis Cluster replies that sent a script call to another node or asked for it again (slot migrations); the client retried them |
 //! | `slidegate_failure_mode_total` | counter | `mode` (`error`, `allow`, `deny`) | requests answered by the failure mode |

@@ -9,6 +9,13 @@ pub(super) fn redis<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
     out: &mut Translation,
 ) -> Result<(), CompatError> {
+    // envoyproxy/ratelimit's /healthcheck follows the Redis connection only when asked to.
+    let active = env.flag("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")?;
+    set(
+        out,
+        Value::HealthIgnoresStoreOutage(!active.unwrap_or(false)),
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+    );
     let Some(url) = env.take("REDIS_URL") else {
         for name in REDIS_SETTINGS {
             env.unhonoured_if_set(

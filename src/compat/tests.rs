@@ -48,7 +48,8 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
         Value::ForceStartWithoutInitialConfig(b)
         | Value::ShadowMode(b)
         | Value::ResponseHeaders(b)
-        | Value::RecordOverLimit(b) => b.to_string(),
+        | Value::RecordOverLimit(b)
+        | Value::HealthIgnoresStoreOutage(b) => b.to_string(),
         Value::GrpcAddr(a) | Value::HttpAddr(a) | Value::AdminAddr(a) => a.to_string(),
         Value::TlsListeners(listeners) => {
             let names: Vec<&str> = listeners.iter().map(|l| l.as_str()).collect();

@@ -71,6 +71,7 @@ values! {
     RedisTlsCaFile(PathBuf) => store.redis_tls_ca_file,
     RedisTlsCertFile(PathBuf) => store.redis_tls_cert_file,
     RedisTlsKeyFile(PathBuf) => store.redis_tls_key_file,
+    HealthIgnoresStoreOutage(bool) => store.health_ignores_store_outage,
     ShadowMode(bool) => requests.shadow_mode,
     ResponseHeaders(bool) => requests.response_headers,
     RecordOverLimit(bool) => requests.record_over_limit,

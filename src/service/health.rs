@@ -1,21 +1,34 @@
 //! The serving state, shared by gRPC health (`grpc.health.v1.Health`) and `GET /healthcheck`.
 //!
-//! The service is SERVING while the store answers, and NOT_SERVING from the moment shutdown
-//! begins. No rules (an empty rule directory) is still SERVING, as in envoyproxy/ratelimit: a
+//! The service is SERVING while the store can decide, and NOT_SERVING from the moment shutdown
+//! begins. The store's health check is a call of its own (for Redis, the script deciding nothing),
+//! and its failures are of two kinds:
+//! - **unreachable** (connection refused or lost, a timeout): an outage, which passes by itself.
+//!   NOT_SERVING while it lasts, unless `--health-ignores-store-outage` (envoyproxy/ratelimit's
+//!   behaviour, which its environment selects unless `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true`):
+//!   a liveness probe on `/healthcheck` would otherwise restart every replica for an outage that
+//!   a restart cannot fix, while Envoy's failure mode already covers the calls.
+//! - **incompatible** (the store answers but cannot run the script: a server too old, `EVALSHA`
+//!   renamed or forbidden, a Lua error): permanent until the server changes, so NOT_SERVING
+//!   whatever the settings. A pod in a restart loop is visible; calls failing open are not. The
+//!   store logs it at `error` (rate-limited) and counts it.
+//!
+//! No rules (an empty rule directory) is still SERVING, as in envoyproxy/ratelimit: a
 //! Kubernetes ConfigMap may start empty, and every request is answered OK until rules arrive;
 //! `GET /healthcheck` says so in its body. With rules from a control plane (xDS), NOT_SERVING
 //! until its first rules are in, unless the operator forced a start without them (see
-//! [`Health::gated`]). A background task pings the store every second and flips the state;
-//! transitions are logged once, not on every ping.
+//! [`Health::gated`]). A background task checks the store every second and flips the state;
+//! transitions are logged once, not on every check.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::limiter::RateLimiter;
+use crate::store::StoreError;
 
 /// The gRPC health service names that report the rate-limit service's state: the whole server
 /// (`""`), the name envoyproxy/ratelimit uses, and the fully qualified service name.
@@ -28,13 +41,39 @@ pub const SERVICE_NAMES: [&str; 3] = [
 /// How long one health ping may take before the store counts as down.
 const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// What the last check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Condition {
+    Serving = 1,
+    /// The store is unreachable and health follows it.
+    Outage,
+    /// The store is unreachable and health ignores it.
+    OutageIgnored,
+    Incompatible,
+    /// The store can decide, but a control plane's first rules are not in.
+    NoRules,
+}
+
+/// No check has run yet (the first result is logged whatever it is).
+const UNCHECKED: u8 = 0;
+
+impl Condition {
+    /// Whether the store side of health is SERVING.
+    fn serving(self) -> bool {
+        matches!(self, Condition::Serving | Condition::OutageIgnored)
+    }
+}
+
 /// The shared serving state.
 pub struct Health {
     reporter: HealthReporter,
     serving: AtomicBool,
     shutting_down: AtomicBool,
-    /// Whether a check has run (the first result is logged whatever it is).
-    checked: AtomicBool,
+    /// The [`Condition`] the last check found (`UNCHECKED` before the first): a change is logged.
+    condition: AtomicU8,
+    /// SERVING while the store is unreachable (see the module docs).
+    ignore_outage: AtomicBool,
     /// Set by a rule source whose rules are not in at start (see [`Health::gated`]).
     rules_in: Option<Arc<AtomicBool>>,
 }
@@ -65,11 +104,18 @@ impl Health {
             reporter,
             serving: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
-            checked: AtomicBool::new(false),
+            condition: AtomicU8::new(UNCHECKED),
+            ignore_outage: AtomicBool::new(false),
             rules_in,
         });
         health.publish(false).await;
         health
+    }
+
+    /// Stays SERVING while the store is unreachable (`--health-ignores-store-outage`); a store
+    /// that cannot run the script is NOT_SERVING all the same.
+    pub fn ignore_store_outage(&self, ignore: bool) {
+        self.ignore_outage.store(ignore, Ordering::SeqCst);
     }
 
     /// Whether requests should be sent here.
@@ -106,7 +152,7 @@ impl Health {
         }
     }
 
-    /// Checks once: the store answers a ping in time (and a control plane's rules are in).
+    /// Checks once: the store can decide (and a control plane's rules are in).
     pub async fn check(&self, limiter: &RateLimiter) {
         // A control plane's rules: not serving until they are in (an empty set included).
         let rules_in = self
@@ -114,20 +160,38 @@ impl Health {
             .as_ref()
             .is_none_or(|rules_in| rules_in.load(Ordering::SeqCst));
         let store = match tokio::time::timeout(PING_TIMEOUT, limiter.store().ping()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("ping timed out after {PING_TIMEOUT:?}")),
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(PING_TIMEOUT)),
         };
-        let serving = rules_in && store.is_ok();
-        let first = !self.checked.swap(true, Ordering::SeqCst);
-        let changed = first || serving != self.is_serving();
-        if changed && !self.shutting_down.load(Ordering::SeqCst) {
-            match &store {
-                _ if serving => tracing::info!(store = limiter.store().kind(), "serving"),
-                Err(error) => {
-                    tracing::warn!(store = limiter.store().kind(), %error, "store down: not serving")
+        let condition = match &store {
+            Err(StoreError::Incompatible(_)) => Condition::Incompatible,
+            Err(_) if self.ignore_outage.load(Ordering::SeqCst) => Condition::OutageIgnored,
+            Err(_) => Condition::Outage,
+            Ok(()) if !rules_in => Condition::NoRules,
+            Ok(()) => Condition::Serving,
+        };
+        let serving = rules_in && condition.serving();
+        let was = self.condition.swap(condition as u8, Ordering::SeqCst);
+        if was != condition as u8 && !self.shutting_down.load(Ordering::SeqCst) {
+            let kind = limiter.store().kind();
+            let error = store.err().map(|e| e.to_string()).unwrap_or_default();
+            match condition {
+                _ if serving && error.is_empty() => tracing::info!(store = kind, "serving"),
+                Condition::Incompatible => tracing::error!(
+                    store = kind,
+                    %error,
+                    "store answers but cannot run the rate-limit script: not serving"
+                ),
+                Condition::OutageIgnored => tracing::warn!(
+                    store = kind,
+                    %error,
+                    "store unreachable: calls fail by the failure mode; health stays serving \
+                     (--health-ignores-store-outage)"
+                ),
+                Condition::Outage => {
+                    tracing::warn!(store = kind, %error, "store unreachable: not serving")
                 }
-                Ok(()) => tracing::warn!("no rules from the control plane yet: not serving"),
+                _ => tracing::warn!("no rules from the control plane yet: not serving"),
             }
         }
         self.set_serving(serving).await;

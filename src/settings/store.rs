@@ -92,6 +92,12 @@ pub struct StoreSettings {
     /// it off.
     #[arg(long, env = "SLIDEGATE_REDIS_DENY_CACHE", default_value_t = DEFAULT_DENY_CACHE)]
     pub redis_deny_cache: usize,
+    /// Keep health (`/healthcheck`, gRPC health) SERVING while the store is unreachable, as
+    /// envoyproxy/ratelimit does: for liveness probes that would restart every replica during a
+    /// Redis outage. A store that answers but cannot run the script is NOT_SERVING either way.
+    #[arg(long, env = "SLIDEGATE_HEALTH_IGNORES_STORE_OUTAGE", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub health_ignores_store_outage: bool,
 }
 
 impl StoreSettings {
@@ -159,7 +165,10 @@ impl StoreSettings {
                     source,
                 },
             })?;
-        if let Err(error) = store.ping().await {
+        // An incompatible store is logged at `error` by the store itself and by health.
+        if let Err(error) = store.ping().await
+            && !matches!(error, StoreError::Incompatible(_))
+        {
             tracing::warn!(target: LOG_TARGET, %error, store = store.kind(), "Redis does not answer yet");
         }
         Ok(store)

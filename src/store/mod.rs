@@ -221,16 +221,23 @@ pub enum StoreError {
     OutOfMemory(String),
     #[error("store error: {0}")]
     Backend(String),
+    /// The store answers but cannot run what slidegate sends (a server too old, a command
+    /// renamed or forbidden, a script error): permanent until the server changes, unlike an
+    /// outage.
+    #[error("store cannot run the rate-limit script: {0}")]
+    Incompatible(String),
 }
 
 impl StoreError {
-    /// A short, stable label for metrics (`timeout`, `connection`, `oom`, `backend`).
+    /// A short, stable label for metrics (`timeout`, `connection`, `oom`, `backend`,
+    /// `incompatible`).
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "timeout",
             StoreError::Connection(_) => "connection",
             StoreError::OutOfMemory(_) => "oom",
             StoreError::Backend(_) => "backend",
+            StoreError::Incompatible(_) => "incompatible",
         }
     }
 }

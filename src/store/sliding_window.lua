@@ -2,7 +2,10 @@
 -- The flags line above (no flags: Redis 7.0 or later) makes Redis check `maxmemory` before the
 -- script runs: at the limit with `noeviction` it refuses the whole call with an OOM error. A
 -- script without it would be refused only at its first write, and once a script has written
--- (the trim below always does), Redis lets the rest of it write past the limit.
+-- (the trim below always does), Redis lets the rest of it write past the limit. Redis 6.x cannot
+-- read the line: it gets this script with a first line of its own instead (`HEADERLESS` in
+-- `redis/script.rs`), which makes the same check with a write that changes nothing. Every
+-- command here must exist in Redis 6.0.
 -- slidegate sliding-window decision: the requests of one call in order, each all or nothing.
 --
 -- Each counter is a sorted set: score = time of a hit in microseconds (Redis's own clock, so every

@@ -18,6 +18,7 @@ mod interleavings;
 mod precision;
 mod redis_health;
 mod reshard;
+mod script_health;
 mod sentinel;
 mod store;
 mod take_back;

@@ -22,9 +22,9 @@ pub use grpc::{RawAnswer, call, descriptor, grpc_frame, raw_should_rate_limit, r
 pub use http::{http_get, http_status, https_get, tls_client_config};
 pub use metrics::{metric_value, promtool_check_metrics};
 pub use process::{KillOnDrop, free_port, rss_kib, send_signal, spawn_listening, wait_until};
-pub use programs::{envoy_program, require_program, run_ok};
+pub use programs::{envoy_program, redis_server_program, require_program, run_ok};
 pub use redis::{
     RedisCluster, RedisServer, TlsRedisCluster, TlsRedisServer, command_calls, redis_cli,
-    redis_server_command,
+    redis_server_command, redis_server_major,
 };
 pub use slidegate::{Slidegate, bench_command, slidegate_command};

@@ -17,6 +17,17 @@ pub fn envoy_program() -> Option<PathBuf> {
     require_program("envoy")
 }
 
+/// The redis-server binary every Redis test starts: `$SLIDEGATE_REDIS_SERVER` (another version,
+/// e.g. the Redis 6.2 that `.ci/run` runs the store tests against a second time), else
+/// `redis-server` on the PATH; as [`require_program`] when it is missing (a variable naming a
+/// missing file fails in CI as well).
+pub fn redis_server_program() -> Option<PathBuf> {
+    match std::env::var_os("SLIDEGATE_REDIS_SERVER") {
+        Some(path) => require_program(&path.to_string_lossy()),
+        None => require_program("redis-server"),
+    }
+}
+
 /// Finds a program on PATH (or at an absolute path). `None` means: skip this test. In CI a missing
 /// program panics, so the run fails instead of passing with the test skipped.
 pub fn require_program(name: &str) -> Option<PathBuf> {

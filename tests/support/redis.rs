@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::{CertFiles, KillOnDrop, free_port, require_program, spawn_listening};
+use super::{
+    CertFiles, KillOnDrop, free_port, redis_server_program, require_program, spawn_listening,
+};
 
 mod cluster;
 
@@ -35,7 +37,7 @@ impl RedisServer {
     /// Starts redis-server (bound to 127.0.0.1, no persistence, in a fresh directory) with `args`,
     /// which must make it listen on `port`, and waits until that port accepts connections.
     pub fn spawn(args: &[&str], port: u16) -> Option<RedisServer> {
-        let bin = require_program("redis-server")?;
+        let bin = redis_server_program()?;
         let dir = tempfile::tempdir().expect("tempdir");
         let mut command = redis_server_command(&bin, dir.path(), args);
         Some(RedisServer {
@@ -53,6 +55,23 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> String {
         redis_cli(self.port, args)
     }
+}
+
+/// The major version of the redis-server the tests start ([`redis_server_program`]), from its
+/// `--version` (`Redis server v=6.2.14 ...`); `None` when it is missing outside CI. Options
+/// differ between versions (`--enable-debug-command` is 7.0's).
+pub fn redis_server_major() -> Option<u32> {
+    let bin = redis_server_program()?;
+    let out = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{} --version: {e}", bin.display()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let major = text
+        .split_once("v=")
+        .and_then(|(_, v)| v.split('.').next())
+        .and_then(|major| major.parse().ok());
+    Some(major.unwrap_or_else(|| panic!("no version in {text:?}")))
 }
 
 /// Runs `redis-cli -p PORT ARGS...` and returns its stdout, trimmed.
@@ -115,7 +134,7 @@ impl TlsRedisServer {
     /// Starts one; `None` when redis-server is missing outside CI. `extra` as for
     /// [`RedisServer::start_with`] (e.g. `--requirepass`).
     pub fn start(extra: &[&str]) -> Option<TlsRedisServer> {
-        require_program("redis-server")?;
+        redis_server_program()?;
         let ca = CertFiles::new();
         let tls_port = free_port();
         let tls_port_arg = tls_port.to_string();

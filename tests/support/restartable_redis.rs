@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::{
-    KillOnDrop, free_port, redis_cli, redis_server_command, require_program, wait_until,
+    KillOnDrop, free_port, redis_cli, redis_server_command, redis_server_program, wait_until,
 };
 
 pub struct RestartableRedis {
@@ -22,7 +22,7 @@ impl RestartableRedis {
     /// RDB snapshots, AOF off unless `args` turn it on); `None` when redis-server is missing
     /// outside CI.
     pub fn start(args: &[&str]) -> Option<RestartableRedis> {
-        require_program("redis-server")?;
+        redis_server_program()?;
         let mut redis = RestartableRedis {
             port: free_port(),
             dir: tempfile::tempdir().expect("tempdir"),
@@ -39,8 +39,8 @@ impl RestartableRedis {
             .into_iter()
             .chain(self.args.iter().map(String::as_str))
             .collect();
-        let bin = std::path::Path::new("redis-server");
-        let child = redis_server_command(bin, self.dir.path(), &args)
+        let bin = redis_server_program().expect("redis-server was found at start");
+        let child = redis_server_command(&bin, self.dir.path(), &args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    KillOnDrop, RedisServer, free_port, require_program, spawn_listening, wait_until,
+    KillOnDrop, RedisServer, free_port, redis_server_program, spawn_listening, wait_until,
 };
 
 /// The master name the test sentinels monitor.
@@ -25,7 +25,7 @@ impl SentinelServer {
     /// A sentinel monitoring `primary_port` under [`MASTER`] (quorum 2), marking it down after
     /// 1 s of silence; `extra` config lines are appended (e.g. `requirepass x`).
     pub fn start(primary_port: u16, extra: &[&str]) -> Option<SentinelServer> {
-        let bin = require_program("redis-server")?;
+        let bin = redis_server_program()?;
         let port = free_port();
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("sentinel.conf");

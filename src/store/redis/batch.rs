@@ -163,10 +163,16 @@ pub(super) async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, bat
         })
         .collect();
     let redis_deadline = deadline.map_or(0, |d| shared.clocks.deadline(slot, d));
-    let cmd = script::command(&shared.prefix, lane.cluster, redis_deadline, &parts);
+    let cmd = script::command(
+        shared.dialect.script(),
+        &shared.prefix,
+        lane.cluster,
+        redis_deadline,
+        &parts,
+    );
     let mut conn = lane.conn.clone();
     let sent = Instant::now();
-    let mut call = std::pin::pin!(script::run(&mut conn, &cmd));
+    let mut call = std::pin::pin!(script::run(&mut conn, &shared.dialect, &cmd));
     let Ok(reply) = tokio::time::timeout(shared.timeout, call.as_mut()).await else {
         // By the timeout every caller of the batch has given up (each one's own timeout started
         // before the call was sent): answer them now, or a frozen Redis would hold every request
@@ -234,5 +240,6 @@ pub(super) fn call_result(e: &StoreError) -> CallResult {
         StoreError::Connection(_) => CallResult::Connection,
         StoreError::OutOfMemory(_) => CallResult::Oom,
         StoreError::Backend(_) => CallResult::Backend,
+        StoreError::Incompatible(_) => CallResult::Incompatible,
     }
 }

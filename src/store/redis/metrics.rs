@@ -18,16 +18,19 @@ pub enum CallResult {
     /// Redis at `maxmemory` (`noeviction`) refused the write.
     Oom,
     Backend,
+    /// Redis answered but cannot run the script (see `StoreError::Incompatible`).
+    Incompatible,
 }
 
 impl CallResult {
-    const ALL: [CallResult; 6] = [
+    const ALL: [CallResult; 7] = [
         CallResult::Ok,
         CallResult::Expired,
         CallResult::Timeout,
         CallResult::Connection,
         CallResult::Oom,
         CallResult::Backend,
+        CallResult::Incompatible,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +41,7 @@ impl CallResult {
             CallResult::Connection => "connection",
             CallResult::Oom => "oom",
             CallResult::Backend => "backend",
+            CallResult::Incompatible => "incompatible",
         }
     }
 }
@@ -47,9 +51,10 @@ impl CallResult {
 #[derive(Clone, Debug)]
 pub struct RedisMetrics {
     call_duration: Histogram,
-    calls: [IntCounter; 6],
+    calls: [IntCounter; 7],
     deadline_expired: IntCounter,
     late_recorded: IntCounter,
+    incompatible: IntCounter,
     node_up: IntGaugeVec,
     failovers: IntCounter,
 }
@@ -78,7 +83,8 @@ impl RedisMetrics {
         )?;
         let calls = metrics.counter_vec(
             "slidegate_redis_calls_total",
-            "Script calls to Redis by result (ok, expired, timeout, connection, oom, backend).",
+            "Script calls to Redis by result (ok, expired, timeout, connection, oom, backend, \
+             incompatible).",
             &["result"],
         )?;
         let deadline_expired = metrics.counter(
@@ -89,6 +95,12 @@ impl RedisMetrics {
             "slidegate_redis_late_recorded_total",
             "Script calls answered after their callers gave up that ran before the deadline and \
              recorded their hits.",
+        )?;
+        let incompatible = metrics.counter(
+            "slidegate_redis_incompatible_total",
+            "Script calls and health probes that Redis answered but could not run the script for \
+             (a server before 6.0, EVALSHA renamed or forbidden, a Lua error): permanent until the \
+             server changes.",
         )?;
         let node_up = metrics.gauge_vec(
             "slidegate_redis_node_up",
@@ -106,9 +118,15 @@ impl RedisMetrics {
             calls: CallResult::ALL.map(|r| calls.with_label_values(&[r.as_str()])),
             deadline_expired,
             late_recorded,
+            incompatible,
             node_up,
             failovers,
         })
+    }
+
+    /// A script call or health probe that Redis could not run the script for.
+    pub fn incompatible(&self) {
+        self.incompatible.inc();
     }
 
     /// A script call that ended for its callers with `result`, after `elapsed` if it got an

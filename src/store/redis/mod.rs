@@ -168,6 +168,8 @@ struct Shared {
     node: NodeHealth,
     /// Calls waiting for their late reply now (at most [`MAX_LATE_WAITERS`]).
     late_waiters: AtomicUsize,
+    /// Which script this store's servers run (with or without the Redis 7 header).
+    dialect: script::Dialect,
 }
 
 enum Conn {
@@ -287,6 +289,7 @@ impl RedisStore {
                 node: NodeHealth::new(node.clone(), opts.metrics.node(&node)),
                 metrics: opts.metrics.clone(),
                 late_waiters: AtomicUsize::new(0),
+                dialect: script::Dialect::default(),
             }),
         }
     }
@@ -588,7 +591,7 @@ impl RedisStore {
         })
     }
 
-    /// `PING`s the node; the answer (or its absence) also updates the node's state.
+    /// Probes the node with the script; the answer (or its absence) also updates the node's state.
     async fn ping_inner(&self) -> Result<(), StoreError> {
         let shared = &self.shared;
         match &self.conn {
@@ -628,6 +631,26 @@ impl RedisStore {
     }
 }
 
+/// Whether `e` is an answer that says the server cannot run the script, and will not until it is
+/// changed: `EVALSHA` or `SCRIPT` forbidden by an ACL (`NOPERM`) or renamed away (unknown
+/// command), the script still unknown after loading it, or a Lua error compiling or running it
+/// (`Error compiling script`, `Error running script` on 6.x, `user_script:` on 7.x).
+fn cannot_run_script(e: &RedisError) -> bool {
+    if matches!(e.code(), Some("NOPERM" | "NOSCRIPT")) {
+        return true;
+    }
+    let text = e.to_string();
+    [
+        "unknown command",
+        "Error compiling script",
+        "Error running script",
+        "user_script:",
+        "shebang",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
 /// Whether `e` means the connection could not be made or is gone (rather than an answer).
 fn connection_lost(e: &RedisError) -> bool {
     e.is_io_error()
@@ -642,10 +665,15 @@ impl Shared {
         let text = self.redactor.clean(&e.to_string());
         if e.is_timeout() {
             StoreError::Timeout(self.timeout)
-        } else if e.code() == Some("OOM") {
+        } else if e.code() == Some("OOM") || text.contains("OOM command not allowed") {
+            // Redis 6.x reports a refusal inside the script as a script error (`ERR Error running
+            // script ...: -OOM command not allowed ...`); it comes before the script's first
+            // write, so nothing was recorded, as with Redis 7's refusal before the script runs.
             StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
         } else if connection_lost(&e) {
             StoreError::Connection(format!("{}: {text}", self.endpoint))
+        } else if cannot_run_script(&e) {
+            StoreError::Incompatible(format!("{}: {text}", self.endpoint))
         } else {
             StoreError::Backend(format!("{}: {text}", self.endpoint))
         }
@@ -658,8 +686,13 @@ impl Shared {
         match result {
             Err(StoreError::Connection(_) | StoreError::Timeout(_)) => self.node.unreachable(),
             other => {
-                if let Err(StoreError::OutOfMemory(text)) = other {
-                    self.node.out_of_memory(text);
+                match other {
+                    Err(StoreError::OutOfMemory(text)) => self.node.out_of_memory(text),
+                    Err(StoreError::Incompatible(text)) => {
+                        self.metrics.incompatible();
+                        self.node.incompatible(text);
+                    }
+                    _ => {}
                 }
                 if self.node.answered() {
                     self.node
@@ -669,12 +702,28 @@ impl Shared {
         }
     }
 
+    /// The health probe: the script itself, deciding nothing (see [`script::probe`]), so that a
+    /// server that answers `PING` but cannot run the script is not taken for a healthy one.
     async fn ping<C: LaneConn>(&self, conn: &C) -> Result<(), StoreError> {
-        let result = ::redis::cmd("PING")
-            .query_async::<::redis::Value>(&mut conn.clone())
+        let probe = script::probe(self.dialect.script());
+        let result = script::run(&mut conn.clone(), &self.dialect, &probe)
             .await
-            .map(|_| ())
             .map_err(|e| self.error(e));
+        // Redis 7 refuses even the probe at `maxmemory` (the script may write): the server
+        // answers and runs the script once memory is freed, so health does not change for it (the
+        // calls' refusals are logged and counted).
+        if let Err(StoreError::OutOfMemory(_)) = result {
+            self.note(conn, Ok(()));
+            return Ok(());
+        }
+        let result = result.and_then(|reply| match script::header(&reply) {
+            Some(_) => Ok(()),
+            None => Err(StoreError::Incompatible(format!(
+                "{}: the sliding-window script answered {} bytes to the health probe",
+                self.endpoint,
+                reply.len()
+            ))),
+        });
         self.note(conn, result.as_ref().map(|_| ()));
         result
     }

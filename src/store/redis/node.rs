@@ -32,6 +32,9 @@ const DOWN: u8 = 2;
 /// At most one "out of memory" warning per this long; the others are counted in it.
 const OOM_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// At most one "cannot run the script" error per this long; the others are counted in it.
+const INCOMPATIBLE_LOG_EVERY: Duration = Duration::from_secs(30);
+
 /// The eviction policies that never evict a counter.
 pub const SAFE_POLICIES: &[&str] = &["noeviction"];
 
@@ -44,9 +47,50 @@ pub struct NodeHealth {
     state: AtomicU8,
     /// When the process started: the clock of `last_oom_log`.
     epoch: Instant,
-    /// Milliseconds since `epoch` of the last OOM warning (0: never), and the ones not logged.
-    last_oom_log: AtomicU64,
-    oom_unlogged: AtomicU64,
+    /// The OOM warnings' and the "cannot run the script" errors' rate limits.
+    oom_log: LogEvery,
+    incompatible_log: LogEvery,
+}
+
+/// A rate limit on one log message: at most one per `every`, saying how many it stands for.
+#[derive(Debug)]
+struct LogEvery {
+    every: Duration,
+    /// Milliseconds since the node's `epoch` of the last message (0: never), and the occurrences
+    /// not logged since.
+    last: AtomicU64,
+    unlogged: AtomicU64,
+}
+
+impl LogEvery {
+    fn new(every: Duration) -> LogEvery {
+        LogEvery {
+            every,
+            last: AtomicU64::new(0),
+            unlogged: AtomicU64::new(0),
+        }
+    }
+
+    /// One occurrence at `elapsed` since the epoch: `Some(n)` when it is to be logged, standing
+    /// for `n` occurrences, `None` when it is only counted.
+    fn occurred(&self, elapsed: Duration) -> Option<u64> {
+        let now = u64::try_from(elapsed.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let last = self.last.load(Ordering::Relaxed);
+        let every = u64::try_from(self.every.as_millis()).unwrap_or(u64::MAX);
+        let due = last == 0 || now.saturating_sub(last) >= every;
+        if !due
+            || self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.unlogged.swap(0, Ordering::Relaxed) + 1)
+    }
 }
 
 impl NodeHealth {
@@ -55,8 +99,8 @@ impl NodeHealth {
             node: Mutex::new((name, gauge)),
             state: AtomicU8::new(UNKNOWN),
             epoch: Instant::now(),
-            last_oom_log: AtomicU64::new(0),
-            oom_unlogged: AtomicU64::new(0),
+            oom_log: LogEvery::new(OOM_LOG_EVERY),
+            incompatible_log: LogEvery::new(INCOMPATIBLE_LOG_EVERY),
         }
     }
 
@@ -94,28 +138,32 @@ impl NodeHealth {
     /// Redis refused a call for lack of memory: one warning per [`OOM_LOG_EVERY`], saying how many
     /// refusals it stands for.
     pub fn out_of_memory(&self, error: &str) {
-        let now = u64::try_from(self.epoch.elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let last = self.last_oom_log.load(Ordering::Relaxed);
-        let every = u64::try_from(OOM_LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
-        let due = last == 0 || now.saturating_sub(last) >= every;
-        if !due
-            || self
-                .last_oom_log
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            self.oom_unlogged.fetch_add(1, Ordering::Relaxed);
+        let Some(refused) = self.oom_log.occurred(self.epoch.elapsed()) else {
             return;
-        }
-        let refused = self.oom_unlogged.swap(0, Ordering::Relaxed) + 1;
+        };
         tracing::warn!(
             node = %self.name(),
             refused,
             error,
             "Redis is out of memory (maxmemory reached, noeviction): it refuses to record hits, so \
              calls fail by the failure mode until memory is freed or maxmemory raised"
+        );
+    }
+
+    /// Redis answered but cannot run the script: one error per [`INCOMPATIBLE_LOG_EVERY`], from
+    /// the first call or health probe on, saying how many failures it stands for. Unlike an
+    /// outage this does not pass by itself, so it is an error, not a warning.
+    pub fn incompatible(&self, error: &str) {
+        let Some(failed) = self.incompatible_log.occurred(self.epoch.elapsed()) else {
+            return;
+        };
+        tracing::error!(
+            node = %self.name(),
+            failed,
+            error,
+            "Redis answers but cannot run the rate-limit script: every call fails by the failure \
+             mode and health is NOT_SERVING until the server is fixed (Redis 6.0 or later, \
+             EVALSHA and SCRIPT allowed; see docs/operations.md)"
         );
     }
 
@@ -195,6 +243,9 @@ mod tests {
         for _ in 0..5 {
             node.out_of_memory("OOM");
         }
-        assert_eq!(node.oom_unlogged.load(Ordering::Relaxed), 5);
+        assert_eq!(node.oom_log.unlogged.load(Ordering::Relaxed), 5);
+        node.incompatible("NOPERM");
+        node.incompatible("NOPERM");
+        assert_eq!(node.incompatible_log.unlogged.load(Ordering::Relaxed), 1);
     }
 }

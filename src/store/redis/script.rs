@@ -1,15 +1,94 @@
 //! The sliding-window Lua script: its arguments, its reply, and the ids of the hits it records.
 
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::store::{Counter, CounterResult, HitKind, MAX_WINDOW, StoreError};
 
-/// The script (see `sliding_window.lua` for the algorithm). redis-rs sends it by SHA (`EVALSHA`) and
-/// loads it on `NOSCRIPT`, so a restarted or new Redis node needs no preparation.
-pub static SCRIPT: LazyLock<::redis::Script> =
-    LazyLock::new(|| ::redis::Script::new(include_str!("../sliding_window.lua")));
+/// The script's source: its first line is the `#!lua` header (Redis 7.0 or later).
+const SOURCE: &str = include_str!("../sliding_window.lua");
+
+/// The script (see `sliding_window.lua` for the algorithm), with its `#!lua` header: Redis 7 then
+/// checks `maxmemory` before the script runs and refuses the whole call at the limit. redis-rs
+/// sends it by SHA (`EVALSHA`) and loads it on `NOSCRIPT`, so a restarted or new Redis node needs
+/// no preparation.
+pub static SCRIPT: LazyLock<::redis::Script> = LazyLock::new(|| ::redis::Script::new(SOURCE));
+
+/// The same script for servers before Redis 7.0, which read `#!lua` as a Lua syntax error. Its
+/// first line takes the header's place (so the line numbers in Redis's messages stay) and does
+/// what the header's flags do on 7.x (see [`HEADERLESS_FIRST_LINE`]).
+pub static HEADERLESS: LazyLock<::redis::Script> = LazyLock::new(|| {
+    let body = SOURCE.split_once('\n').map_or("", |(_, body)| body);
+    ::redis::Script::new(&format!("{HEADERLESS_FIRST_LINE}\n{body}"))
+});
+
+/// The headerless script's first line:
+/// - `redis.replicate_commands()`: the writes after `TIME` are replicated as effects even where
+///   `lua-replicate-commands` was turned off (7.0 always does so; the call is a no-op there).
+/// - The `maxmemory` check up front. Redis 6 checks memory only at a script's first write that
+///   can grow memory, and lets a script that has written once go on past the limit; the trim is a
+///   write that cannot, so without this line a Redis at `maxmemory` (`noeviction`) would let every
+///   exact counter record past its limit. A `ZADD ... XX` of a member that no counter holds is
+///   such a write that changes nothing (on a missing key, on a sorted set; a hash answers
+///   `WRONGTYPE`, ignored): at the limit Redis refuses it, and the script answers Redis 7's `OOM`
+///   error before it has written anything; otherwise Redis counts the script as having written,
+///   as Redis 7 does once its up-front check passed. A call without keys (the health probe) writes
+///   nothing and is not checked.
+const HEADERLESS_FIRST_LINE: &str = "redis.replicate_commands() if #KEYS > 0 then local oom = \
+    redis.pcall('ZADD', KEYS[1], 'XX', 0, '') if type(oom) == 'table' and oom.err and \
+    string.find(oom.err, 'OOM', 1, true) then return redis.error_reply(\"OOM command not allowed \
+    when used memory > 'maxmemory' (checked before the script's first write)\") end end";
+
+/// Which of the two scripts a store sends: the one with the header until a server refuses to
+/// compile it (Redis 6.x), the headerless one from then on, for every node of the store (it runs
+/// on 7.x as well, so a cluster in the middle of an upgrade keeps working).
+#[derive(Debug, Default)]
+pub struct Dialect {
+    headerless: AtomicBool,
+}
+
+impl Dialect {
+    /// The script this store sends now.
+    pub fn script(&self) -> &'static ::redis::Script {
+        if self.headerless.load(Ordering::Relaxed) {
+            &HEADERLESS
+        } else {
+            &SCRIPT
+        }
+    }
+
+    /// Loads the script into the server behind `conn` (after `NOSCRIPT`). A server that cannot
+    /// compile the header (before 7.0) gets the headerless script, and the store sends that one
+    /// from then on.
+    async fn load<C: ::redis::aio::ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> ::redis::RedisResult<()> {
+        let script = self.script();
+        match script.prepare_invoke().load_async(conn).await {
+            Err(e) if !std::ptr::eq(script, &*HEADERLESS) && refuses_header(&e) => {
+                HEADERLESS.prepare_invoke().load_async(conn).await?;
+                if !self.headerless.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        "Redis before 7.0: the sliding-window script runs without its flags \
+                         line, so at maxmemory (noeviction) a call is refused at its first write \
+                         rather than before it runs (see docs/operations.md)"
+                    );
+                }
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+/// Whether `e` is a server's refusal to compile the `#!lua` header: Redis 6.x reads it as Lua
+/// (`user_script:1: unexpected symbol near '#'`).
+fn refuses_header(e: &::redis::RedisError) -> bool {
+    let text = e.to_string();
+    text.contains("Error compiling script") && text.contains("near '#'")
+}
 
 /// The compensation (`bucket_take_back.lua`) for `hits` hits that the script recorded in `bucket`
 /// of the bucket counter `key` (and of its provisional hash `log`), decided as `counter`. Sent as
@@ -131,11 +210,17 @@ pub const PROVISIONAL_SUFFIX: &str = "p";
 /// Built straight into one [`::redis::Cmd`] buffer: each key is written as `prefix + key` without
 /// an intermediate `String`, and the script text is never part of a request (only its SHA; see
 /// [`run`] for the `NOSCRIPT` case).
-pub fn command(prefix: &str, logs: bool, deadline: u64, parts: &[CallPart<'_>]) -> ::redis::Cmd {
+pub fn command(
+    script: &::redis::Script,
+    prefix: &str,
+    logs: bool,
+    deadline: u64,
+    parts: &[CallPart<'_>],
+) -> ::redis::Cmd {
     let counters: usize = parts.iter().map(|p| p.counters.len()).sum();
     let keys = if logs { 2 * counters } else { counters };
     let mut cmd = ::redis::Cmd::with_capacity(6 + keys + 3 * parts.len() + 5 * counters, 64 * keys);
-    cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     for part in parts {
         for c in part.counters {
             cmd.arg(PrefixedKey(prefix, c.key.as_str(), ""));
@@ -176,19 +261,50 @@ fn flags(c: &Counter) -> &'static str {
     }
 }
 
-/// Runs a [`command`]; on `NOSCRIPT` (a restarted or new server) loads the script and retries
-/// once, as redis-rs's `Script::invoke_async` does.
+/// Runs a [`command`] (or a [`probe`]); on `NOSCRIPT` (a restarted or new server) loads the
+/// script and retries once, as redis-rs's `Script::invoke_async` does, with the other script's
+/// SHA if loading switched the dialect (see [`Dialect::load`]).
 pub async fn run<C: ::redis::aio::ConnectionLike>(
     conn: &mut C,
+    dialect: &Dialect,
     cmd: &::redis::Cmd,
 ) -> ::redis::RedisResult<Vec<u8>> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
-            SCRIPT.prepare_invoke().load_async(conn).await?;
-            cmd.query_async(conn).await
+            dialect.load(conn).await?;
+            with_script(cmd, dialect.script()).query_async(conn).await
         }
         other => other,
     }
+}
+
+/// `cmd` (`EVALSHA sha ...`) sending `script`'s SHA. A copy, made only after `NOSCRIPT`.
+fn with_script(cmd: &::redis::Cmd, script: &::redis::Script) -> ::redis::Cmd {
+    let mut out = ::redis::Cmd::new();
+    // The script commands are built from simple arguments only (no cursor).
+    for (i, arg) in cmd.args_iter().enumerate() {
+        if let ::redis::Arg::Simple(bytes) = arg {
+            if i == 1 {
+                out.arg(script.get_hash());
+            } else {
+                out.arg(bytes);
+            }
+        }
+    }
+    out
+}
+
+/// The health probe: the script deciding no request. It answers only its header (the server's
+/// `TIME`), so a server that answers it can run every call; one that cannot (an old version,
+/// `EVALSHA` renamed away or forbidden by an ACL, a Lua error) fails it as the calls would.
+pub fn probe(script: &::redis::Script) -> ::redis::Cmd {
+    ::redis::cmd("EVALSHA")
+        .arg(script.get_hash())
+        .arg(0)
+        .arg(0)
+        .arg("0")
+        .arg(0)
+        .clone()
 }
 
 /// A Redis key written as prefix, counter key and suffix into one argument.
@@ -283,7 +399,7 @@ pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Answer, StoreError>
     let (now, expired) = header(reply).unwrap_or((0, false));
     let expected = if expired { HEADER } else { HEADER + decided };
     if reply.len() != 8 * expected {
-        return Err(StoreError::Backend(format!(
+        return Err(StoreError::Incompatible(format!(
             "sliding-window script returned {} bytes, expected {} integers",
             reply.len(),
             expected

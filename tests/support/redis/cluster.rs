@@ -4,7 +4,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::RedisServer;
-use crate::support::{CertFiles, free_port, require_program, run_ok, wait_until};
+use crate::support::{
+    CertFiles, free_port, redis_server_program, require_program, run_ok, wait_until,
+};
 
 /// A 3-master Redis Cluster (no replicas) on free ports, killed on drop.
 pub struct RedisCluster {
@@ -84,7 +86,7 @@ impl TlsRedisCluster {
     /// Starts one; `extra` is added to every node's flags (e.g. `--tls-auth-clients yes`: the
     /// nodes present their server certificate, which allows client auth, to each other).
     pub fn start(extra: &[&str]) -> Option<TlsRedisCluster> {
-        require_program("redis-server")?;
+        redis_server_program()?;
         let ca = CertFiles::new();
         let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let per_node = |i: usize| {
