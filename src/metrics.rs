@@ -251,6 +251,9 @@ mod tests {
         assert!(cut.len() <= MAX_LABEL_BYTES, "{}", cut.len());
         assert!(cut.starts_with("user_\u{e9}"), "{cut}");
         assert_ne!(cut, cut_other, "distinct values keep distinct labels");
-        assert_eq!(cut.split_once('~').map(|(_, d)| d.len()), Some(LABEL_DIGEST_HEX));
+        assert_eq!(
+            cut.split_once('~').map(|(_, d)| d.len()),
+            Some(LABEL_DIGEST_HEX)
+        );
     }
 }

@@ -168,8 +168,14 @@ fn text(value: &axum::http::HeaderValue) -> Cow<'_, str> {
 /// so that no two distinct values become one.
 fn trim(bytes: &[u8]) -> &[u8] {
     let http_space = |b: &u8| matches!(b, b' ' | b'\t');
-    let start = bytes.iter().position(|b| !http_space(b)).unwrap_or(bytes.len());
-    let end = bytes.iter().rposition(|b| !http_space(b)).map_or(start, |i| i + 1);
+    let start = bytes
+        .iter()
+        .position(|b| !http_space(b))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !http_space(b))
+        .map_or(start, |i| i + 1);
     &bytes[start..end.max(start)]
 }
 
@@ -318,7 +324,10 @@ mod tests {
             b"path=/x%FF",
             b"path=/y\xff",
         ]);
-        assert_eq!(values, ["jos\u{e9}", "/caf\u{e9}", "/x\0\\xff", "/y\0\\xff"]);
+        assert_eq!(
+            values,
+            ["jos\u{e9}", "/caf\u{e9}", "/x\0\\xff", "/y\0\\xff"]
+        );
         assert_eq!(escaped, 2);
     }
 

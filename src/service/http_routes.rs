@@ -120,11 +120,11 @@ async fn check_handler(
             {
                 state.front.observe_escaped(Transport::Check, check.escaped);
                 super::decide(
-                state.front.limiter(),
-                &check.request.as_request(),
-                &mut span,
-            )
-            .await
+                    state.front.limiter(),
+                    &check.request.as_request(),
+                    &mut span,
+                )
+                .await
             },
             check.deny_status,
         ),

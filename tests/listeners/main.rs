@@ -9,6 +9,7 @@ mod otlp;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod byte_values;
 mod hostile;
 mod reload;
 mod service;
