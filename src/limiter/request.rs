@@ -88,7 +88,10 @@ pub struct Descriptor<'a> {
     pub negative_hits: bool,
 }
 
-/// Envoy's `RateLimitOverride`. `unit` is `None` when the client sent an unknown unit.
+/// Envoy's `RateLimitOverride`. `unit` is `None` when the client sent an unknown unit (`UNKNOWN`,
+/// or a number this version does not know): such an override is a limit of 0, so the descriptor
+/// is over limit. Envoy reads an override from dynamic metadata, which other filters may build
+/// from what a client sent, and a refusal would pass the request uncounted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitOverride {
     pub requests_per_unit: u32,
@@ -142,11 +145,6 @@ pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), Lim
                     limits.max_value_bytes
                 ));
             }
-        }
-        if descriptor.limit.is_some_and(|l| l.unit.is_none()) {
-            return invalid(format!(
-                "descriptors[{i}].limit.unit must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR"
-            ));
         }
         if descriptor.negative_hits {
             return invalid(format!(
