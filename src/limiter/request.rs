@@ -14,8 +14,9 @@ use crate::store::StoreError;
 /// can only come from a misconfigured proxy and is refused (`INVALID_ARGUMENT`, HTTP 400). Values
 /// and hits can come from clients (a header, a path, a token count), and a refusal would let them
 /// through (Envoy treats an error like an outage and, with `failure_mode_deny: false`, passes the
-/// request uncounted). So a long value is counted under its digest, and hits over the budget are a
-/// deny: no input a client chooses makes a request skip its limits.
+/// request uncounted). So a long value is counted under its digest, a value that is not UTF-8
+/// under its escape ([`entry_text`]), an override with an unknown unit is a limit of 0, and hits
+/// over the budget are a deny: no input a client chooses makes a request skip its limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestLimits {
     pub max_descriptors: usize,

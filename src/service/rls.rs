@@ -23,6 +23,10 @@
 //! descriptors and entries are counted against [`RequestLimits`] without building anything
 //! ([`check_counts`]), and only then is it decoded. Two bytes on the wire are an empty descriptor,
 //! which decoded would take about a hundred: 4 MiB of them would take hundreds of MiB.
+//!
+//! Keys and values are decoded as bytes ([`WireRequest`]): a header value that is not UTF-8,
+//! which Envoy copies into a descriptor as it is, is decided under a text of its own
+//! ([`crate::limiter::entry_text`]) instead of failing the call.
 
 use std::sync::Arc;
 use std::time::Instant;
