@@ -30,6 +30,7 @@
 //! | `slidegate_tls_reloads_total` | counter | `result` (`success`, `failure`) | replacements of the TLS certificate, key or client CAs after their files changed |
 //! | `slidegate_tls_certificate_expiry_timestamp_seconds` | gauge | | when the certificate now served expires, Unix time (0 without TLS) |
 //! | `slidegate_trace_spans_total` | counter | `outcome` (`exported`, `dropped`, `failed`) | decision spans handed to the collector, dropped because the export queue was full, or lost with a failed export (with `--otlp-endpoint`; see [`crate::telemetry`]) |
+//! | `slidegate_escaped_entries_total` | counter | `transport` (`grpc`, `check`) | descriptor entries whose key or value was not UTF-8 (or held a NUL), counted under an escape of their bytes |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured
@@ -38,6 +39,8 @@
 //! e.g. `override:remote_address.path`, never the values). As a last
 //! guard, at most [`MAX_RULE_LABELS`] distinct (domain, rule) pairs get their own series; later
 //! ones share `rule="overflow"`, and `slidegate_rule_label_overflow_total` counts what was folded.
+//! A `rule` label is at most [`MAX_LABEL_BYTES`] long ([`bounded_label`]), so `/metrics` stays
+//! bounded in size whatever values clients send.
 //!
 //! A reload drops the series of what it removed (`limiter::DecisionMetrics::set_rules`): the pairs of rules no
 //! longer configured, every pair and `slidegate_no_rule_total` series of a removed domain, and
@@ -52,6 +55,9 @@
 //! The hot path does not hash label values into the prometheus vectors on every call: the counters
 //! of each (domain, rule) pair are resolved once and kept in a two-level map looked up by `&str`.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
 use prometheus::core::Collector;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -60,6 +66,37 @@ use prometheus::{
 
 /// Distinct (domain, rule) label pairs with their own series; beyond it, `rule="overflow"`.
 pub const MAX_RULE_LABELS: usize = 10_000;
+
+/// Longest `rule` label value kept whole. A rule label can hold request values
+/// (`detailed_metric`, `value_to_metric`); a longer one is cut and ends in a digest of the whole
+/// ([`bounded_label`]), so a client's megabyte header costs a label of this size.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// Hex digits of the SHA-256 digest a cut label ends in: distinct long values keep distinct
+/// series (up to 64 bits of digest), and the readable start tells what they were.
+const LABEL_DIGEST_HEX: usize = 16;
+
+/// The label value for `value`: itself when at most [`MAX_LABEL_BYTES`] long, else its start cut
+/// at a character boundary, `~`, and the first [`LABEL_DIGEST_HEX`] hex digits of the SHA-256
+/// of the whole value ([`MAX_LABEL_BYTES`] in all).
+pub fn bounded_label(value: &str) -> Cow<'_, str> {
+    if value.len() <= MAX_LABEL_BYTES {
+        return Cow::Borrowed(value);
+    }
+    let mut end = MAX_LABEL_BYTES - 1 - LABEL_DIGEST_HEX;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
+    let mut label = String::with_capacity(MAX_LABEL_BYTES);
+    label.push_str(&value[..end]);
+    label.push('~');
+    for byte in &digest.as_ref()[..LABEL_DIGEST_HEX / 2] {
+        // Writing to a String cannot fail.
+        let _ = write!(label, "{byte:02x}");
+    }
+    Cow::Owned(label)
+}
 
 /// The label value used once [`MAX_RULE_LABELS`] is reached.
 pub const OVERFLOW_RULE: &str = "overflow";
@@ -204,5 +241,20 @@ mod tests {
         );
         assert!(text.contains("slidegate_test_total 1"), "{text}");
         assert!(metrics.counter("slidegate_test_total", "Again.").is_err());
+    }
+
+    #[test]
+    fn long_labels_are_cut_with_a_digest() {
+        assert!(matches!(bounded_label("short"), Cow::Borrowed("short")));
+        let long = format!("user_{}", "\u{e9}".repeat(1 << 19));
+        let other = format!("{long}x");
+        let (cut, cut_other) = (bounded_label(&long), bounded_label(&other));
+        assert!(cut.len() <= MAX_LABEL_BYTES, "{}", cut.len());
+        assert!(cut.starts_with("user_\u{e9}"), "{cut}");
+        assert_ne!(cut, cut_other, "distinct values keep distinct labels");
+        assert_eq!(
+            cut.split_once('~').map(|(_, d)| d.len()),
+            Some(LABEL_DIGEST_HEX)
+        );
     }
 }

@@ -12,7 +12,7 @@ use parking_lot::RwLock;
 use prometheus::{Histogram, IntCounter, IntCounterVec};
 
 use crate::config::RuleSet;
-use crate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE};
+use crate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE, bounded_label};
 
 /// The outcome of one descriptor, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +169,9 @@ impl DecisionMetrics {
     }
 
     /// The counters for a (domain, rule) pair; `rule="overflow"` once [`MAX_RULE_LABELS`] pairs exist.
+    /// A long `rule` is cut to a bounded label first ([`bounded_label`]).
     pub fn rule(&self, domain: &str, rule: &str) -> Arc<RuleCounters> {
+        let rule = &*bounded_label(rule);
         {
             let cache = self.rule_cache.read();
             if let Some(found) = cache.get(domain, rule) {
@@ -221,7 +223,7 @@ impl DecisionMetrics {
         let configured: HashSet<(String, String)> = rules
             .rules()
             .into_iter()
-            .map(|r| (r.domain.clone(), r.stats_name().to_owned()))
+            .map(|r| (r.domain.clone(), bounded_label(r.stats_name()).into_owned()))
             .collect();
         let mut cache = self.rule_cache.write();
         let RuleCache {

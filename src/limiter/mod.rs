@@ -58,7 +58,10 @@ use crate::store::{Counter, CounterResult, FailureMode, HitKind, Precision, Stor
 pub use metrics::{DecisionLabel, DecisionMetrics, RuleCounters};
 pub use observer::Observer;
 use plan::{Limited, Plan};
-pub use request::{Descriptor, LimitError, LimitOverride, Request, RequestLimits, validate};
+pub use request::{
+    Descriptor, LimitError, LimitOverride, Request, RequestLimits, entry_text, entry_text_owned,
+    validate,
+};
 pub use response::{Code, CurrentLimit, DescriptorStatus, Response};
 use response::{better_for_headers, current_limit, headers, most_restrictive, saturate_u32};
 

@@ -230,9 +230,12 @@ pub(super) fn override_plan<'a>(
     hits: u64,
     kind: HitKind,
 ) -> Limited<'a> {
-    let requests_per_unit = u64::from(limit.requests_per_unit);
-    // Validated: an override without a known unit is rejected before planning.
-    let unit = limit.unit.unwrap_or(Unit::Second);
+    // An override without a known unit is decided as a limit of 0 (over limit), never refused:
+    // see `LimitOverride`.
+    let (requests_per_unit, unit) = match limit.unit {
+        Some(unit) => (u64::from(limit.requests_per_unit), unit),
+        None => (0, Unit::Second),
+    };
     let limit = Limit {
         requests_per_unit,
         unit,

@@ -14,8 +14,9 @@ use crate::store::StoreError;
 /// can only come from a misconfigured proxy and is refused (`INVALID_ARGUMENT`, HTTP 400). Values
 /// and hits can come from clients (a header, a path, a token count), and a refusal would let them
 /// through (Envoy treats an error like an outage and, with `failure_mode_deny: false`, passes the
-/// request uncounted). So a long value is counted under its digest, and hits over the budget are a
-/// deny: no input a client chooses makes a request skip its limits.
+/// request uncounted). So a long value is counted under its digest, a value that is not UTF-8
+/// under its escape ([`entry_text`]), an override with an unknown unit is a limit of 0, and hits
+/// over the budget are a deny: no input a client chooses makes a request skip its limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestLimits {
     pub max_descriptors: usize,
@@ -92,7 +93,10 @@ pub struct Descriptor<'a> {
     pub negative_hits: bool,
 }
 
-/// Envoy's `RateLimitOverride`. `unit` is `None` when the client sent an unknown unit.
+/// Envoy's `RateLimitOverride`. `unit` is `None` when the client sent an unknown unit (`UNKNOWN`,
+/// or a number this version does not know): such an override is a limit of 0, so the descriptor
+/// is over limit. Envoy reads an override from dynamic metadata, which other filters may build
+/// from what a client sent, and a refusal would pass the request uncounted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitOverride {
     pub requests_per_unit: u32,
@@ -147,11 +151,6 @@ pub fn validate(request: &Request<'_>, limits: &RequestLimits) -> Result<(), Lim
                 ));
             }
         }
-        if descriptor.limit.is_some_and(|l| l.unit.is_none()) {
-            return invalid(format!(
-                "descriptors[{i}].limit.unit must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR"
-            ));
-        }
     }
     Ok(())
 }
@@ -181,4 +180,62 @@ pub(super) fn counted_value(value: &str, max_value_bytes: usize) -> Cow<'_, str>
         let _ = write!(text, "{byte:02x}");
     }
     Cow::Owned(text)
+}
+
+/// The text a descriptor's key or value is matched and counted as, from its bytes on the wire.
+///
+/// Envoy copies header bytes into descriptors unchanged, and a header may carry bytes that are
+/// not UTF-8 (obs-text): such a value must still be decided, under a counter of its own, or a
+/// client could lift its limit with one byte. Text that is UTF-8 without a NUL stands for
+/// itself (borrowed: the common case costs one validation). Anything else becomes its longest
+/// such prefix, a NUL ([`DIGEST_MARK`]), then the rest with `\` written `\\` and each byte that
+/// is not UTF-8 written `\xNN`. The first NUL of the result marks where the escape starts, and
+/// no text that stands for itself holds one, so distinct bytes always give distinct text (and
+/// so distinct counters); the prefix is kept so that a wildcard such as `/api/*` still matches
+/// `/api/\xff`. A result that starts with the NUL is counted under its digest, like any value
+/// starting with [`DIGEST_MARK`].
+pub fn entry_text(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.contains(DIGEST_MARK) => Cow::Borrowed(text),
+        _ => Cow::Owned(escaped(bytes)),
+    }
+}
+
+/// [`entry_text`] of bytes already owned: no copy when they stand for themselves. The flag is
+/// whether they were escaped.
+pub fn entry_text_owned(bytes: Vec<u8>) -> (String, bool) {
+    match String::from_utf8(bytes) {
+        Ok(text) if !text.contains(DIGEST_MARK) => (text, false),
+        Ok(text) => (escaped(text.as_bytes()), true),
+        Err(error) => (escaped(error.as_bytes()), true),
+    }
+}
+
+/// The escaped form of [`entry_text`], for bytes that do not stand for themselves.
+fn escaped(bytes: &[u8]) -> String {
+    let valid = match std::str::from_utf8(bytes) {
+        Ok(text) => text.len(),
+        Err(error) => error.valid_up_to(),
+    };
+    let prefix = bytes[..valid]
+        .iter()
+        .position(|&b| b == DIGEST_MARK as u8)
+        .unwrap_or(valid);
+    let mut text = String::with_capacity(bytes.len() + 8);
+    // `prefix` ends inside the valid run, at a character boundary (before a NUL or at its end).
+    text.push_str(std::str::from_utf8(&bytes[..prefix]).unwrap_or_default());
+    text.push(DIGEST_MARK);
+    for chunk in bytes[prefix..].utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                text.push('\\');
+            }
+            text.push(c);
+        }
+        for byte in chunk.invalid() {
+            // Writing to a String cannot fail.
+            let _ = write!(text, "\\x{byte:02x}");
+        }
+    }
+    text
 }

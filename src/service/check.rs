@@ -13,9 +13,11 @@
 //! A descriptor is a list of `key=value` entries separated by `,` or `&`, in order (the first entry
 //! is the top level of the rule tree): `x-ratelimit-descriptor: user_id=alice,path=%2Flogin`. Keys
 //! and values are percent-decoded (`%2C` is a literal comma, `%3D` a literal `=`, `%25` a `%`; `+`
-//! stays `+`); whitespace around entries is ignored. Header bytes and decoded bytes are UTF-8
-//! (`josé` raw or as `jos%C3%A9`); bytes that are not UTF-8 (`/x%FF`) are taken with U+FFFD in
-//! their place, so such values still count (they may share a counter, which is only stricter).
+//! stays `+`); spaces and tabs around entries are ignored (no other whitespace: `carol` and
+//! `carol` followed by U+00A0 are two values). Header bytes and decoded bytes are UTF-8 (`josé`
+//! raw or as `jos%C3%A9`); bytes that are not UTF-8 (`/x%FF`, or raw obs-text) are counted under
+//! an escape of their own bytes, as over gRPC (`crate::limiter::entry_text`): distinct bytes
+//! never share a counter.
 //! An entry without `=` or with invalid percent-encoding (`%zz`, `%4`) is a 400: only a proxy
 //! that passes text unescaped sends one. Send each descriptor as its own header line: a proxy
 //! that folds repeated headers into one comma-separated line would merge them into one
@@ -63,10 +65,10 @@
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
-use percent_encoding::percent_decode_str;
+use percent_encoding::percent_decode;
 
 use super::{OwnedDescriptor, OwnedRequest};
-use crate::limiter::RequestLimits;
+use crate::limiter::{RequestLimits, entry_text, entry_text_owned};
 
 pub const DOMAIN_HEADER: &str = "x-ratelimit-domain";
 pub const DESCRIPTOR_HEADER: &str = "x-ratelimit-descriptor";
@@ -89,6 +91,8 @@ pub enum DenyStatus {
 pub struct CheckRequest {
     pub request: OwnedRequest,
     pub deny_status: DenyStatus,
+    /// Entries whose key or value was escaped (see [`crate::limiter::entry_text`]).
+    pub escaped: usize,
 }
 
 /// Decodes the headers within `limits` (descriptors and entries are counted before they are
@@ -99,7 +103,7 @@ pub fn parse(
     limits: &RequestLimits,
 ) -> Result<CheckRequest, String> {
     let domain = match headers.get(DOMAIN_HEADER) {
-        Some(value) => text(value).trim().to_string(),
+        Some(value) => entry_text(trim(value.as_bytes())).into_owned(),
         None => default_domain
             .ok_or_else(|| {
                 format!("no domain: send the {DOMAIN_HEADER} header (or start the server with --check-domain)")
@@ -111,18 +115,18 @@ pub fn parse(
         .check_descriptors(values.iter().count())
         .map_err(|e| e.to_string())?;
     let mut descriptors = Vec::new();
+    let mut escaped = 0;
     for (i, value) in values.iter().enumerate() {
-        let entries = value.as_bytes().split(|b| matches!(b, b',' | b'&'));
-        let pieces = entries.filter(|p| !p.trim_ascii().is_empty()).count();
+        let pieces = pieces(value.as_bytes()).count();
         limits.check_entries(i, pieces).map_err(|e| e.to_string())?;
-        let value = text(value);
-        descriptors
-            .push(descriptor(&value).map_err(|e| format!("{DESCRIPTOR_HEADER} #{}: {e}", i + 1))?);
+        let (descriptor, escapes) = descriptor(value.as_bytes())
+            .map_err(|e| format!("{DESCRIPTOR_HEADER} #{}: {e}", i + 1))?;
+        descriptors.push(descriptor);
+        escaped += escapes;
     }
     let hits_addend = match headers.get(HITS_HEADER) {
         None => 1,
         Some(value) => text(value)
-            .trim()
             .parse::<u64>()
             .map_err(|_| format!("{HITS_HEADER} must be a non-negative integer"))?,
     };
@@ -133,7 +137,7 @@ pub fn parse(
     }
     let deny_status = match headers.get(DENY_STATUS_HEADER) {
         None => DenyStatus::TooManyRequests,
-        Some(value) => match text(value).trim() {
+        Some(value) => match text(value).as_ref() {
             "429" => DenyStatus::TooManyRequests,
             "403" => DenyStatus::Forbidden,
             other => {
@@ -150,44 +154,76 @@ pub fn parse(
             hits_addend: 1,
         },
         deny_status,
+        escaped,
     })
 }
 
-/// A header's text: UTF-8, with U+FFFD for bytes that are not.
+/// A header's text without HTTP whitespace around it, for the headers that hold numbers: UTF-8,
+/// with U+FFFD for bytes that are not (they cannot make a number anyway).
 fn text(value: &axum::http::HeaderValue) -> Cow<'_, str> {
-    String::from_utf8_lossy(value.as_bytes())
+    String::from_utf8_lossy(trim(value.as_bytes()))
 }
 
-/// One descriptor header: `k1=v1,k2=v2` or `k1=v1&k2=v2`.
-fn descriptor(value: &str) -> Result<OwnedDescriptor, String> {
+/// `bytes` without the HTTP whitespace (SP, HTAB) around them: only what HTTP itself ignores,
+/// so that no two distinct values become one.
+fn trim(bytes: &[u8]) -> &[u8] {
+    let http_space = |b: &u8| matches!(b, b' ' | b'\t');
+    let start = bytes
+        .iter()
+        .position(|b| !http_space(b))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !http_space(b))
+        .map_or(start, |i| i + 1);
+    &bytes[start..end.max(start)]
+}
+
+/// The non-empty `,`/`&`-separated entries of a descriptor header, trimmed.
+fn pieces(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|b| matches!(b, b',' | b'&'))
+        .map(trim)
+        .filter(|piece| !piece.is_empty())
+}
+
+/// One descriptor header: `k1=v1,k2=v2` or `k1=v1&k2=v2`, and how many entries were escaped.
+fn descriptor(value: &[u8]) -> Result<(OwnedDescriptor, usize), String> {
     let mut entries = Vec::new();
-    for (j, piece) in value.split([',', '&']).enumerate() {
-        let piece = piece.trim();
-        if piece.is_empty() {
-            continue;
-        }
-        let (key, value) = piece
-            .split_once('=')
-            .ok_or_else(|| format!("entry {} ({piece:?}) is not key=value", j + 1))?;
-        entries.push((decode(key.trim())?, decode(value.trim())?));
+    let mut escaped = 0;
+    for (j, piece) in pieces(value).enumerate() {
+        let Some(at) = piece.iter().position(|&b| b == b'=') else {
+            return Err(format!(
+                "entry {} ({:?}) is not key=value",
+                j + 1,
+                String::from_utf8_lossy(piece)
+            ));
+        };
+        let (key, key_escaped) = entry_text_owned(decode(trim(&piece[..at]))?);
+        let (value, value_escaped) = entry_text_owned(decode(trim(&piece[at + 1..]))?);
+        escaped += usize::from(key_escaped || value_escaped);
+        entries.push((key, value));
     }
-    Ok(OwnedDescriptor {
+    let descriptor = OwnedDescriptor {
         entries,
         ..OwnedDescriptor::default()
-    })
+    };
+    Ok((descriptor, escaped))
 }
 
-/// Strict percent-decoding: every `%` must start a two-digit hex escape. Decoded bytes that are
-/// not UTF-8 become U+FFFD.
-fn decode(text: &str) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    for (i, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'%') {
-        let escape = bytes.get(i + 1..i + 3);
+/// Strict percent-decoding: every `%` must start a two-digit hex escape. The bytes are kept as
+/// they are ([`entry_text_owned`] makes them text).
+fn decode(text: &[u8]) -> Result<Vec<u8>, String> {
+    for (i, _) in text.iter().enumerate().filter(|(_, b)| **b == b'%') {
+        let escape = text.get(i + 1..i + 3);
         if !escape.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-            return Err(format!("invalid percent-encoding in {text:?}"));
+            return Err(format!(
+                "invalid percent-encoding in {:?}",
+                String::from_utf8_lossy(text)
+            ));
         }
     }
-    Ok(percent_decode_str(text).decode_utf8_lossy().into_owned())
+    Ok(percent_decode(text).collect())
 }
 
 #[cfg(test)]
@@ -261,32 +297,57 @@ mod tests {
         assert!(r.descriptors.iter().all(|d| d.hits_addend == Some(0)));
     }
 
-    #[test]
-    fn takes_utf8_and_marks_other_bytes() {
+    /// The values of each descriptor header's first entry.
+    fn first_values(raws: &[&[u8]]) -> (Vec<String>, usize) {
         let mut h = headers(&[(DOMAIN_HEADER, "edge")]);
-        for raw in [
-            &b"user_id=jos\xc3\xa9"[..],
-            b"path=/caf%C3%A9",
-            b"path=/x%FF",
-            b"path=/y\xff",
-        ] {
+        for raw in raws {
             match HeaderValue::from_bytes(raw) {
                 Ok(v) => h.append(DESCRIPTOR_HEADER, v),
                 Err(e) => panic!("{e}"),
             };
         }
-        let r = parse(&h, None, &limits())
-            .unwrap_or_else(|e| panic!("{e}"))
-            .request;
-        let values: Vec<&str> = r
+        let parsed = parse(&h, None, &RequestLimits::default()).unwrap_or_else(|e| panic!("{e}"));
+        let values = parsed
+            .request
             .descriptors
             .iter()
-            .map(|d| d.entries[0].1.as_str())
+            .map(|d| d.entries[0].1.clone())
             .collect();
+        (values, parsed.escaped)
+    }
+
+    #[test]
+    fn takes_utf8_and_escapes_other_bytes() {
+        let (values, escaped) = first_values(&[
+            b"user_id=jos\xc3\xa9",
+            b"path=/caf%C3%A9",
+            b"path=/x%FF",
+            b"path=/y\xff",
+        ]);
         assert_eq!(
             values,
-            ["jos\u{e9}", "/caf\u{e9}", "/x\u{fffd}", "/y\u{fffd}"]
+            ["jos\u{e9}", "/caf\u{e9}", "/x\0\\xff", "/y\0\\xff"]
         );
+        assert_eq!(escaped, 2);
+    }
+
+    #[test]
+    fn distinct_bytes_never_share_a_counter() {
+        let raws: [&[u8]; 8] = [
+            b"user=carol",
+            b"user=carol\xc2\xa0",
+            b"user=e\xff",
+            b"user=e\xfe",
+            b"user=f%FF",
+            b"user=f%C0",
+            b"user=\tcarol ",
+            b"user=carol%20",
+        ];
+        let (values, _) = first_values(&raws);
+        let distinct: std::collections::HashSet<&String> = values.iter().collect();
+        // Only the one with spaces and tabs around it is `carol` again.
+        assert_eq!(values[6], "carol");
+        assert_eq!(distinct.len(), raws.len() - 1, "{values:?}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::Histogram;
+use prometheus::{Histogram, IntCounter};
 
 use crate::limiter::RateLimiter;
 use crate::metrics::Metrics;
@@ -22,6 +22,10 @@ pub enum Transport {
 
 impl Transport {
     const ALL: [Transport; 3] = [Transport::Grpc, Transport::Json, Transport::Check];
+
+    fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -40,6 +44,8 @@ pub struct Front {
     metrics: Arc<Metrics>,
     /// `slidegate_request_duration_seconds` of each [`Transport`].
     request_duration: [Histogram; 3],
+    /// `slidegate_escaped_entries_total` of each [`Transport`].
+    escaped_entries: [IntCounter; 3],
 }
 
 impl std::fmt::Debug for Front {
@@ -64,11 +70,21 @@ impl Front {
                 &["transport"],
             )
             .expect("metric definitions are valid");
+        let escaped_entries = metrics
+            .counter_vec(
+                "slidegate_escaped_entries_total",
+                "Descriptor entries whose key or value was not UTF-8 (or held a NUL), counted \
+                 under an escape of their bytes, by transport (grpc, check).",
+                &["transport"],
+            )
+            .expect("metric definitions are valid");
         Front {
             limiter,
             traces,
             request_duration: Transport::ALL
                 .map(|t| request_duration.with_label_values(&[t.as_str()])),
+            escaped_entries: Transport::ALL
+                .map(|t| escaped_entries.with_label_values(&[t.as_str()])),
             metrics,
         }
     }
@@ -89,10 +105,13 @@ impl Front {
 
     /// Time to answer one request.
     pub fn observe_request(&self, transport: Transport, elapsed: Duration) {
-        let index = Transport::ALL
-            .iter()
-            .position(|t| *t == transport)
-            .unwrap_or(0);
-        self.request_duration[index].observe(elapsed.as_secs_f64());
+        self.request_duration[transport.index()].observe(elapsed.as_secs_f64());
+    }
+
+    /// Entries of one request that were escaped (see [`crate::limiter::entry_text`]).
+    pub fn observe_escaped(&self, transport: Transport, entries: usize) {
+        if entries > 0 {
+            self.escaped_entries[transport.index()].inc_by(entries as u64);
+        }
     }
 }

@@ -117,12 +117,15 @@ async fn check_handler(
             DenyStatus::TooManyRequests,
         ),
         Ok(check) => (
-            super::decide(
-                state.front.limiter(),
-                &check.request.as_request(),
-                &mut span,
-            )
-            .await,
+            {
+                state.front.observe_escaped(Transport::Check, check.escaped);
+                super::decide(
+                    state.front.limiter(),
+                    &check.request.as_request(),
+                    &mut span,
+                )
+                .await
+            },
             check.deny_status,
         ),
     };

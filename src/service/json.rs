@@ -36,7 +36,9 @@ use serde_json::{Map, Value, json};
 
 use super::{OwnedDescriptor, OwnedRequest, unit_from_override};
 use crate::config::Unit;
-use crate::limiter::{Code, DescriptorStatus, LimitOverride, RequestLimits, Response};
+use crate::limiter::{
+    Code, DescriptorStatus, LimitOverride, RequestLimits, Response, entry_text_owned,
+};
 
 /// Parses a request body within `limits`; the error is a message for the client.
 pub fn parse_request(body: &[u8], limits: &RequestLimits) -> Result<OwnedRequest, String> {
@@ -103,8 +105,8 @@ fn entry(value: &Value, path: &str) -> Result<(String, String), String> {
     let mut entry = (String::new(), String::new());
     for (field, value) in fields(value, path)? {
         match field.as_str() {
-            "key" => entry.0 = string(value, &format!("{path}.key"))?,
-            "value" => entry.1 = string(value, &format!("{path}.value"))?,
+            "key" => entry.0 = entry_text(string(value, &format!("{path}.key"))?),
+            "value" => entry.1 = entry_text(string(value, &format!("{path}.value"))?),
             other => return Err(format!("unknown field {other:?} in {path}")),
         }
     }
@@ -252,6 +254,13 @@ fn array<'v>(value: &'v Value, path: &str) -> Result<&'v [Value], String> {
     }
 }
 
+/// A key or value as gRPC and `/check` count it: JSON text is UTF-8, but one holding a NUL is
+/// escaped as over the other transports ([`crate::limiter::entry_text`]), so the same bytes
+/// share one counter whichever transport sent them.
+fn entry_text(text: String) -> String {
+    entry_text_owned(text.into_bytes()).0
+}
+
 fn string(value: &Value, path: &str) -> Result<String, String> {
     match value {
         Value::Null => Ok(String::new()),
@@ -368,6 +377,14 @@ mod tests {
                 requests_per_unit: 5,
                 unit: Some(Unit::Hour)
             })
+        );
+        // A NUL is escaped as over gRPC and `/check`, so the same bytes share one counter.
+        let r = parse(
+            br#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"a\u0000b"}]}]}"#,
+        );
+        assert_eq!(
+            r.map(|r| r.descriptors[0].entries.clone()),
+            Ok(vec![("k".into(), "a\0\0b".into())])
         );
         // An entry without a value is the empty value.
         let r = parse(br#"{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}]}"#);

@@ -23,6 +23,7 @@ pub mod http_routes;
 pub mod json;
 pub mod rls;
 pub mod side;
+pub mod wire;
 
 /// A decoded request that owns its strings (for the HTTP transports, whose bodies and headers are
 /// decoded into new strings). [`OwnedRequest::as_request`] borrows it for the limiter.

@@ -23,6 +23,10 @@
 //! descriptors and entries are counted against [`RequestLimits`] without building anything
 //! ([`check_counts`]), and only then is it decoded. Two bytes on the wire are an empty descriptor,
 //! which decoded would take about a hundred: 4 MiB of them would take hundreds of MiB.
+//!
+//! Keys and values are decoded as bytes ([`WireRequest`]): a header value that is not UTF-8,
+//! which Envoy copies into a descriptor as it is, is decided under a text of its own
+//! ([`crate::limiter::entry_text`]) instead of failing the call.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,6 +44,7 @@ use prost::{DecodeError, Message};
 use tonic::Status;
 
 use super::front::{Front, Transport};
+use super::wire::WireRequest;
 use super::{unit_from_override, unit_to_proto};
 use crate::limiter::{
     Code, Descriptor, DescriptorStatus, LimitError, LimitOverride, Observer, Request,
@@ -94,8 +99,10 @@ impl GrpcService {
     ) -> Result<Response, LimitError> {
         let started = Instant::now();
         let result = match decode(&message.0, &self.front.limiter().options().limits) {
-            Ok(proto) => {
-                let request = from_proto(&proto);
+            Ok(wire) => {
+                self.front.observe_escaped(Transport::Grpc, wire.escaped());
+                let domain = wire.domain();
+                let request = wire.request(&domain);
                 self.front
                     .limiter()
                     .should_rate_limit_observed(&request, observer)
@@ -177,8 +184,9 @@ impl Message for RequestBytes {
     }
 }
 
-/// Decodes a `RateLimitRequest` once [`check_counts`] has found it within the limits.
-pub fn decode(bytes: &[u8], limits: &RequestLimits) -> Result<RateLimitRequest, LimitError> {
+/// Decodes a `RateLimitRequest` once [`check_counts`] has found it within the limits, keys and
+/// values as bytes ([`WireRequest`]): no value a client chooses makes it undecodable.
+pub fn decode(bytes: &[u8], limits: &RequestLimits) -> Result<WireRequest, LimitError> {
     let undecodable = |error: &dyn std::fmt::Display| {
         LimitError::InvalidArgument(format!("cannot decode the request: {error}"))
     };
@@ -186,7 +194,7 @@ pub fn decode(bytes: &[u8], limits: &RequestLimits) -> Result<RateLimitRequest, 
         Counted::Over(error) => error,
         Counted::Undecodable(error) => undecodable(&error),
     })?;
-    RateLimitRequest::decode(bytes).map_err(|error| undecodable(&error))
+    WireRequest::decode(bytes).map_err(|error| undecodable(&error))
 }
 
 /// Why [`check_counts`] stopped.
@@ -253,7 +261,8 @@ fn length_delimited<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8], Counted> {
     Ok(payload)
 }
 
-/// Borrows a proto request as a limiter request.
+/// Borrows a proto request as a limiter request (for callers that hold Envoy's message; the
+/// service decodes a [`WireRequest`]).
 pub fn from_proto(proto: &RateLimitRequest) -> Request<'_> {
     Request {
         domain: &proto.domain,
@@ -354,7 +363,7 @@ mod tests {
         .encode_to_vec()
     }
 
-    fn message(result: Result<RateLimitRequest, LimitError>) -> String {
+    fn message(result: Result<WireRequest, LimitError>) -> String {
         match result {
             Ok(r) => panic!("decoded {r:?}"),
             Err(error) => error.to_string(),

@@ -210,6 +210,55 @@ fn envoy_keeps_denying_when_a_client_adds_a_long_header() {
     drop(slidegate);
 }
 
+/// A client cannot turn a deny into an allow with a byte that is not UTF-8: Envoy copies header
+/// bytes (obs-text) into descriptors as they are, and slidegate decides such a value instead of
+/// failing the call (which Envoy, with `failure_mode_deny: false`, would let through uncounted).
+/// Through the real Envoy and examples/envoy.yaml: an over-limit request with `x-plan: caf\xe9`
+/// is still a 429, and a user id that is not UTF-8 has a working limit of its own.
+#[test]
+fn envoy_keeps_denying_when_a_header_is_not_utf8() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let dir = test_dir("envoy_obs_text");
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
+    let envoy = Envoy::start(&envoy_bin, &dir, &[slidegate.grpc_port], upstream.port);
+
+    let get = |headers: &[u8]| {
+        let mut request =
+            b"GET /bytes HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n".to_vec();
+        request.extend_from_slice(headers);
+        request.extend_from_slice(b"\r\n");
+        let mut stream = TcpStream::connect(("127.0.0.1", envoy.port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        stream.write_all(&request).expect("send");
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw);
+        parse_response(&raw).map_or(0, |r| r.status)
+    };
+    // per_user_path: 2 per 30 s.
+    for _ in 0..2 {
+        assert_eq!(get(b"x-user-id: alice\r\n"), 200);
+    }
+    assert_eq!(get(b"x-user-id: alice\r\n"), 429);
+    assert_eq!(get(b"x-user-id: alice\r\nx-plan: free\r\n"), 429);
+    assert_eq!(
+        get(b"x-user-id: alice\r\nx-plan: caf\xe9\r\n"),
+        429,
+        "one byte that is not UTF-8 must not lift the deny"
+    );
+    // A user id that is not UTF-8 is limited like any other, apart from a neighbouring byte (the
+    // test upstream answers such requests 503 itself: not 429 means Envoy let them through).
+    let statuses: Vec<u16> = (0..3).map(|_| get(b"x-user-id: b\xf6b\r\n")).collect();
+    assert!(statuses[..2].iter().all(|s| *s != 429), "{statuses:?}");
+    assert_eq!(statuses[2], 429, "{statuses:?}");
+    assert_ne!(get(b"x-user-id: b\xf7b\r\n"), 429);
+    drop(slidegate);
+}
+
 /// Envoy calls slidegate over mutual TLS (issue 19): the `ratelimit` cluster gets an upstream
 /// TLS transport socket with Envoy's own client certificate, and the 200 -> 429 path works. An
 /// Envoy whose certificate comes from another CA, or carries a SAN not on `--tls-client-san`,

@@ -1172,7 +1172,7 @@ async fn abusive_http_requests_are_refused_quickly() {
         ("/json invalid UTF-8", json_post(b"{\"domain\":\"\xff\xfe\"}", false), &[400]),
         ("/json empty key", json_post(br#"{"domain":"hostile","descriptors":[{"entries":[{"key":"","value":"v"}]}]}"#, false), &[400]),
         ("/check invalid percent-encoding", check("x-ratelimit-descriptor: plain=%zz\r\n"), &[400]),
-        // Not UTF-8: taken with U+FFFD in place (counted, not refused).
+        // Not UTF-8: counted under an escape of the bytes (decided, not refused).
         ("/check percent-encoded invalid UTF-8", check("x-ratelimit-descriptor: plain=%ff%fe\r\n"), &[200]),
         ("/check raw non-ASCII", b"GET /check HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-ratelimit-domain: hostile\r\nx-ratelimit-descriptor: plain=\xff\r\n\r\n".to_vec(), &[200]),
         ("/check empty key", check("x-ratelimit-descriptor: =v\r\n"), &[400]),
