@@ -312,7 +312,17 @@ fn redis_client_certificate_maps_onto_its_flags() {
 fn malformed_values_name_their_variable() {
     assert_eq!(error_variable(&[("REDIS_URL", "redis")]), "REDIS_URL");
     assert_eq!(error_variable(&[("REDIS_URL", "redis:x")]), "REDIS_URL");
-    assert_eq!(error_variable(&[("REDIS_URL", "redis://a:1")]), "REDIS_URL");
+    for url in [
+        "redis://a",
+        "redis://a:1/x",
+        "redis://a:1?tls=1",
+        "redis://u:p@",
+        "http://a:1",
+    ] {
+        assert_eq!(error_variable(&[("REDIS_URL", url)]), "REDIS_URL", "{url}");
+    }
+    let cluster = [("REDIS_TYPE", "cluster"), ("REDIS_URL", "redis://a:1/2")];
+    assert_eq!(error_variable(&cluster), "REDIS_URL");
     assert_eq!(
         error_variable(&[("REDIS_URL", "a:1"), ("PORT", "80a")]),
         "PORT"
@@ -545,4 +555,91 @@ fn sentinel_and_cluster_from_either_side_conflict() {
     let error = settings(&given, &cluster).unwrap_err();
     assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
     assert!(settings(&given, &sentinel).is_ok());
+}
+
+/// `REDIS_URL` in every form radix (envoyproxy/ratelimit's client) dials, and `rediss://`.
+#[test]
+fn redis_url_forms() {
+    let url = |vars: &[(&str, &str)]| value(&run(vars).unwrap().unwrap(), "redis_url");
+    let cases = [
+        ("h:1", "redis://h:1"),
+        ("redis://h:1", "redis://h:1"),
+        ("REDIS://h:1/", "redis://h:1"),
+        ("redis://user:pass@h:1/3", "redis://user:pass@h:1/3"),
+        ("redis://:p%40ss@h:1", "redis://:p%40ss@h:1"),
+        ("redis://h:1?db=2&password=x", "redis://:x@h:1/2"),
+        ("redis://h:1?username=u&password=x", "redis://u:x@h:1"),
+        ("rediss://h:1/0", "rediss://h:1/0"),
+        ("redis://[::1]:6379", "redis://[::1]:6379"),
+    ];
+    for (given, expected) in cases {
+        assert_eq!(
+            url(&[("REDIS_URL", given)]).as_deref(),
+            Some(expected),
+            "{given}"
+        );
+    }
+    // REDIS_AUTH fills what the URL leaves out; the URL's own credentials win.
+    let auth = [("REDIS_URL", "redis://h:1/4"), ("REDIS_AUTH", "pw")];
+    assert_eq!(url(&auth).as_deref(), Some("redis://:pw@h:1/4"));
+    let both = [("REDIS_URL", "redis://u:a@h:1"), ("REDIS_AUTH", "b")];
+    assert_eq!(url(&both).as_deref(), Some("redis://u:a@h:1"));
+    // REDIS_TLS=true makes a redis:// URL TLS, as radix's TLS dialer would.
+    let tls = [("REDIS_URL", "redis://h:1/1"), ("REDIS_TLS", "true")];
+    assert_eq!(url(&tls).as_deref(), Some("rediss://h:1/1"));
+    let t = run(&[
+        ("REDIS_TYPE", "cluster"),
+        ("REDIS_URL", "redis://:p@a:1,redis://b:2/0"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        value(&t, "redis_cluster").as_deref(),
+        Some("redis://:p@a:1,redis://b:2/0")
+    );
+}
+
+/// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true` is honoured with a warning: `#insecure` on every
+/// TLS URL of the store, the primary's and the sentinels' included.
+#[test]
+fn skipping_hostname_verification_warns() {
+    let t = run(&[
+        ("REDIS_URL", "h:1"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        value(&t, "redis_url").as_deref(),
+        Some("rediss://h:1#insecure")
+    );
+    assert_eq!(
+        t.warnings[0].variable,
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"
+    );
+    assert!(t.unhonoured.is_empty());
+    let t = run(&[
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", "m,s:1"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        value(&t, "redis_sentinel").as_deref(),
+        Some("rediss://s:1#insecure")
+    );
+    assert_eq!(
+        value(&t, "redis_url").as_deref(),
+        Some("rediss://primary#insecure")
+    );
+    let t = run(&[
+        ("REDIS_URL", "h:1"),
+        ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert!(t.warnings.is_empty());
 }
