@@ -70,6 +70,7 @@ fn settings(args: &[&str], compat: &[(&str, &str)]) -> Result<Settings, clap::Er
     if let Some(translation) = run(compat).expect("valid environment") {
         translation.apply(&mut settings)?;
     }
+    settings.check()?;
     Ok(settings)
 }
 
@@ -534,14 +535,31 @@ fn the_environment_fills_only_what_the_user_left_at_its_default() {
         s.listen.tls_cert_file.as_deref(),
         Some(std::path::Path::new("/env/cert.pem"))
     );
-    // A flag that needs another (`--tls-listeners` needs `--tls-cert-file`) is checked on the
-    // command line alone: the environment's files do not count for it, and the start is refused
-    // with clap's message naming what is missing.
-    let error = settings(&["--tls-listeners=grpc,http,admin"], &compat).unwrap_err();
-    assert_eq!(
-        error.kind(),
-        clap::error::ErrorKind::MissingRequiredArgument
+    // A flag that needs another (`--tls-listeners` needs `--tls-cert-file`) is satisfied by the
+    // environment's files; without them the start is refused, naming what is missing.
+    let s = settings(&["--tls-listeners=grpc,http,admin"], &compat).unwrap();
+    assert_eq!(s.listen.tls_listeners.len(), 3);
+    assert!(s.listen.tls_files().is_some());
+    let ca = settings(&["--tls-client-ca-file=/ca.pem"], &compat).unwrap();
+    assert!(
+        ca.listen
+            .tls_files()
+            .is_some_and(|files| files.client_ca.is_some())
     );
+    for alone in [
+        &["--tls-listeners=grpc,http,admin"][..],
+        &["--tls-cert-file=/c.pem"],
+        &["--tls-key-file=/k.pem"],
+        &["--tls-client-ca-file=/ca.pem"],
+        &["--tls-client-san=a"],
+    ] {
+        let error = settings(alone, &[("REDIS_URL", "a:1")]).unwrap_err();
+        assert_eq!(
+            error.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "{alone:?}"
+        );
+    }
 }
 
 /// `--redis-sentinel` and `--redis-cluster` exclude each other wherever each came from.

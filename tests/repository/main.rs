@@ -10,5 +10,6 @@ mod support;
 mod compat;
 mod config;
 mod docs;
+mod image;
 mod kubernetes;
 mod layers;
