@@ -44,7 +44,10 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
             let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             pairs.join(",")
         }
-        Value::XdsConnectRetryInterval(d) | Value::RedisTimeout(d) => duration(d),
+        Value::XdsConnectRetryInterval(d)
+        | Value::RedisTimeout(d)
+        | Value::GrpcMaxConnectionAge(d)
+        | Value::GrpcMaxConnectionAgeGrace(d) => duration(d),
         Value::ForceStartWithoutInitialConfig(b)
         | Value::ShadowMode(b)
         | Value::ResponseHeaders(b) => b.to_string(),
