@@ -9,6 +9,7 @@ mod otlp;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod age;
 mod hostile;
 mod reload;
 mod service;
