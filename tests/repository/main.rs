@@ -8,6 +8,7 @@
 mod support;
 
 mod compat;
+mod compat_env;
 mod config;
 mod docs;
 mod image;
