@@ -33,13 +33,16 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin slidegate \
+    && groupadd --system --gid 10001 slidegate \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin slidegate \
     && mkdir -p /srv/slidegate \
     && ln -s /etc/slidegate /srv/slidegate/config \
     && ln -s /usr/local/bin/slidegate /bin/ratelimit
 COPY --from=builder /usr/local/bin/slidegate /usr/local/bin/slidegate
 COPY config/ /etc/slidegate/
-USER slidegate:slidegate
+# Numeric, so that a pod's `runAsNonRoot: true` can verify it without a `runAsUser` (the kubelet
+# cannot tell whether a user name is root); deploy/kubernetes sets the same ids.
+USER 10001:10001
 WORKDIR /srv/slidegate
 # 8080: HTTP (/check, /json, /healthcheck); 8081: gRPC (RLS v3, health, reflection);
 # 6070: the operator listener (/metrics, /rlconfig), on 127.0.0.1 unless SLIDEGATE_ADMIN_ADDR says

@@ -90,6 +90,9 @@ fn main() -> ExitCode {
     {
         error.format(&mut Cli::command()).exit();
     }
+    if let Err(error) = settings.check() {
+        error.format(&mut Cli::command()).exit();
+    }
     serve_main(settings, compat)
 }
 

@@ -1,4 +1,4 @@
-//! The listeners: `HOST`/`PORT`, `GRPC_*`, `DEBUG_*`.
+//! The listeners: `HOST`/`PORT`, `GRPC_*` (the connection age included), `DEBUG_*`.
 
 use std::net::ToSocketAddrs;
 
@@ -59,6 +59,22 @@ pub(super) fn listeners<F: Fn(&str) -> Option<String>>(
         set(out, value(Address::Tcp(addr)), from);
     }
     grpc_tls(env, out)?;
+    for (name, value) in [
+        (
+            "GRPC_MAX_CONNECTION_AGE",
+            Value::GrpcMaxConnectionAge as fn(_) -> _,
+        ),
+        (
+            "GRPC_MAX_CONNECTION_AGE_GRACE",
+            Value::GrpcMaxConnectionAgeGrace,
+        ),
+    ] {
+        if let Some(age) = env.take(name) {
+            let age = humantime::parse_duration(&age)
+                .map_err(|_| invalid(name, &age, "expected a duration such as 30m"))?;
+            set(out, value(age), name);
+        }
+    }
     Ok(())
 }
 

@@ -41,6 +41,8 @@ pub struct Translation {
     pub settings: Vec<Setting>,
     /// Variables set but not honoured, each with the reason; empty when all were honoured.
     pub unhonoured: Vec<Unhonoured>,
+    /// Variables honoured at a cost the operator must know of, each with that cost.
+    pub warnings: Vec<Caveat>,
 }
 
 /// One of slidegate's settings, from one or more of envoyproxy/ratelimit's variables.
@@ -63,6 +65,13 @@ impl Setting {
 pub struct Unhonoured {
     pub variable: &'static str,
     pub why: &'static str,
+}
+
+/// A variable honoured at a cost: logged as a warning at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caveat {
+    pub variable: &'static str,
+    pub cost: &'static str,
 }
 
 /// A value slidegate cannot start with, naming the variable.
@@ -235,6 +244,9 @@ impl Translation {
             mapped = %mapped.join(", "),
             "envoyproxy/ratelimit environment read (slidegate's own flags and SLIDEGATE_* variables take precedence)"
         );
+        for warning in &self.warnings {
+            tracing::warn!(target: LOG_TARGET, variable = warning.variable, "{}", warning.cost);
+        }
         if self.unhonoured.is_empty() {
             return;
         }

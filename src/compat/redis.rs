@@ -1,7 +1,7 @@
 //! The store: `REDIS_*` and `CACHE_KEY_PREFIX`.
 
 use super::value::Value;
-use super::{CompatError, Env, Translation, invalid, set, unsupported};
+use super::{Caveat, CompatError, Env, Translation, invalid, set, unsupported};
 
 /// `REDIS_*` and `CACHE_KEY_PREFIX` → `--redis-url`, `--redis-cluster` or `--redis-sentinel`,
 /// and the rest of the store's settings. Without `REDIS_URL` the counters stay in memory.
@@ -67,23 +67,33 @@ pub(super) fn redis<F: Fn(&str) -> Option<String>>(
         let url = unix_url(&url, auth.as_deref())?;
         set(out, Value::RedisUrl(url), "REDIS_URL");
     } else if sentinel {
-        sentinel_settings(env, &url, tls, auth.as_deref(), out)?;
+        let insecure = skip_hostname_verification(env, out)?;
+        sentinel_settings(env, &url, tls, auth.as_deref(), insecure, out)?;
     } else {
-        let scheme = if tls { "rediss" } else { "redis" };
-        let userinfo = auth.as_deref().map(userinfo).unwrap_or_default();
+        let insecure = skip_hostname_verification(env, out)?;
         let nodes = url
             .split(',')
-            .map(|node| host_port(node.trim()).map(|node| format!("{scheme}://{userinfo}{node}")))
+            .map(|node| {
+                Node::parse(node.trim()).map(|node| node.url(tls, auth.as_deref(), insecure))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if cluster {
+            if nodes.iter().any(|node| node.1) {
+                return Err(invalid(
+                    "REDIS_URL",
+                    &url,
+                    "a Redis Cluster has only database 0",
+                ));
+            }
+            let nodes = nodes.into_iter().map(|node| node.0).collect();
             set(out, Value::RedisCluster(nodes), "REDIS_URL");
-        } else if let [node] = nodes.as_slice() {
+        } else if let [(node, _)] = nodes.as_slice() {
             set(out, Value::RedisUrl(node.clone()), "REDIS_URL");
         } else {
             return Err(invalid(
                 "REDIS_URL",
                 &url,
-                "expected one host:port (several are for REDIS_TYPE=cluster)",
+                "expected one host:port or redis:// URL (several are for REDIS_TYPE=cluster)",
             ));
         }
     }
@@ -146,12 +156,6 @@ pub(super) fn redis<F: Fn(&str) -> Option<String>>(
         }
     }
     env.expect_flag(
-        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
-        false,
-        "slidegate always verifies the Redis server's name",
-        out,
-    )?;
-    env.expect_flag(
         "REDIS_PERSECOND",
         false,
         "slidegate keeps all counters in one store",
@@ -170,13 +174,18 @@ fn sentinel_settings<F: Fn(&str) -> Option<String>>(
     url: &str,
     tls: bool,
     auth: Option<&str>,
+    insecure: bool,
     out: &mut Translation,
 ) -> Result<(), CompatError> {
+    let fragment = if tls && insecure { "#insecure" } else { "" };
     let mut parts = url.split(',').map(str::trim);
     let master = parts.next().unwrap_or_default();
     let sentinels = parts
         .map(|node| {
-            host_port(node).map(|node| format!("{}{node}", if tls { "rediss://" } else { "" }))
+            host_port(node).map(|node| match tls {
+                true => format!("rediss://{node}{fragment}"),
+                false => node.to_owned(),
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     if master.is_empty() || master.contains(':') || sentinels.is_empty() {
@@ -195,7 +204,7 @@ fn sentinel_settings<F: Fn(&str) -> Option<String>>(
     if tls || auth.is_some() {
         let scheme = if tls { "rediss" } else { "redis" };
         let userinfo = auth.map(userinfo).unwrap_or_default();
-        let url = format!("{scheme}://{userinfo}primary");
+        let url = format!("{scheme}://{userinfo}primary{fragment}");
         set(out, Value::RedisUrl(url), "REDIS_AUTH");
     }
     if let Some(password) = env.take("REDIS_SENTINEL_AUTH") {
@@ -223,6 +232,120 @@ const REDIS_SETTINGS: &[&str] = &[
     "CACHE_KEY_PREFIX",
 ];
 
+/// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true`: the store's URLs get `#insecure`, with a
+/// warning, because redis-rs then checks neither the name nor the chain (envoyproxy/ratelimit
+/// still checks the chain against its CAs): a server that can be impersonated is trusted.
+fn skip_hostname_verification<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    out: &mut Translation,
+) -> Result<bool, CompatError> {
+    let skip = env.flag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")? == Some(true);
+    if skip {
+        out.warnings.push(Caveat {
+            variable: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+            cost: "the Redis server's certificate is not verified at all (neither its name nor \
+                  its chain): anyone on the path can pose as the server",
+        });
+    }
+    Ok(skip)
+}
+
+/// One entry of `REDIS_URL` in any form envoyproxy/ratelimit's client (radix) dials: `host:port`,
+/// or `redis://[user[:password]@]host:port[/db][?db=N&username=U&password=P]`; and
+/// `rediss://...`, which slidegate reads as TLS (`REDIS_TLS=true` does the same for either).
+struct Node<'a> {
+    tls: bool,
+    /// `user:password@` or `:password@`, percent-encoded.
+    userinfo: Option<String>,
+    host_port: &'a str,
+    db: Option<u32>,
+}
+
+impl<'a> Node<'a> {
+    fn parse(raw: &'a str) -> Result<Node<'a>, CompatError> {
+        let bad = |expected| invalid("REDIS_URL", raw, expected);
+        let lower = raw.get(..9).unwrap_or_default().to_ascii_lowercase();
+        let (tls, rest) = if lower.starts_with("redis://") {
+            (false, &raw[8..])
+        } else if lower.starts_with("rediss://") {
+            (true, &raw[9..])
+        } else {
+            return Ok(Node {
+                tls: false,
+                userinfo: None,
+                host_port: host_port(raw)?,
+                db: None,
+            });
+        };
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (rest, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (user_password, host) = match rest.rsplit_once('@') {
+            Some((userinfo, host)) => (Some(userinfo), host),
+            None => (None, rest),
+        };
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let (mut user, mut password) = match user_password {
+            Some(info) => match info.split_once(':') {
+                Some((user, password)) => (decode(user), decode(password)),
+                None => (decode(info), String::new()),
+            },
+            None => (String::new(), String::new()),
+        };
+        let mut db = (!path.is_empty()).then(|| path.to_owned());
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "db" if db.is_none() => db = Some(decode(value)),
+                "username" if user.is_empty() => user = decode(value),
+                "password" if password.is_empty() => password = decode(value),
+                "db" | "username" | "password" => {}
+                _ => return Err(bad("expected only db, username and password in the query")),
+            }
+        }
+        let db = db
+            .map(|db| {
+                db.parse::<u32>()
+                    .map_err(|_| bad("expected a database number after '/'"))
+            })
+            .transpose()?;
+        let userinfo = match (user.is_empty(), password.is_empty()) {
+            (true, true) => None,
+            (_, true) => Some(format!("{}@", encode(&user))),
+            _ => Some(format!("{}:{}@", encode(&user), encode(&password))),
+        };
+        Ok(Node {
+            tls,
+            userinfo,
+            host_port: host_port(host)
+                .map_err(|_| bad("expected redis://[user:password@]host:port[/db]"))?,
+            db,
+        })
+    }
+
+    /// The URL `--redis-url` and `--redis-cluster` take, and whether it names a database other
+    /// than 0. The URL's own credentials win over `REDIS_AUTH`, as radix reads them.
+    fn url(&self, tls: bool, auth: Option<&str>, insecure: bool) -> (String, bool) {
+        let tls = tls || self.tls;
+        let scheme = if tls { "rediss" } else { "redis" };
+        let userinfo = match &self.userinfo {
+            Some(userinfo) => userinfo.clone(),
+            None => auth.map(userinfo).unwrap_or_default(),
+        };
+        let db = self.db.map(|db| format!("/{db}")).unwrap_or_default();
+        let fragment = if tls && insecure { "#insecure" } else { "" };
+        let url = format!("{scheme}://{userinfo}{}{db}{fragment}", self.host_port);
+        (url, self.db.is_some_and(|db| db != 0))
+    }
+}
+
+fn encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
 /// `host:port`, with a port that is a number; `[::1]:6379` for IPv6.
 fn host_port(node: &str) -> Result<&str, CompatError> {
     let valid = node
@@ -238,9 +361,6 @@ fn host_port(node: &str) -> Result<&str, CompatError> {
 /// `REDIS_AUTH` as a URL's user information: `password` or `user:password`, as
 /// envoyproxy/ratelimit splits it.
 fn userinfo(auth: &str) -> String {
-    let encode = |s: &str| {
-        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-    };
     match auth.split_once(':') {
         Some((user, password)) => format!("{}:{}@", encode(user), encode(password)),
         None => format!(":{}@", encode(auth)),
@@ -256,9 +376,6 @@ fn unix_url(path: &str, auth: Option<&str>) -> Result<String, CompatError> {
             "expected the absolute path of a Unix socket (REDIS_SOCKET_TYPE=unix)",
         ));
     }
-    let encode = |s: &str| {
-        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-    };
     Ok(
         match auth.map(|auth| auth.split_once(':').unwrap_or(("", auth))) {
             None => format!("redis+unix://{path}"),

@@ -44,7 +44,10 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
             let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             pairs.join(",")
         }
-        Value::XdsConnectRetryInterval(d) | Value::RedisTimeout(d) => duration(d),
+        Value::XdsConnectRetryInterval(d)
+        | Value::RedisTimeout(d)
+        | Value::GrpcMaxConnectionAge(d)
+        | Value::GrpcMaxConnectionAgeGrace(d) => duration(d),
         Value::ForceStartWithoutInitialConfig(b)
         | Value::ShadowMode(b)
         | Value::ResponseHeaders(b)
@@ -72,6 +75,7 @@ fn settings(args: &[&str], compat: &[(&str, &str)]) -> Result<Settings, clap::Er
     if let Some(translation) = run(compat).expect("valid environment") {
         translation.apply(&mut settings)?;
     }
+    settings.check()?;
     Ok(settings)
 }
 
@@ -314,7 +318,17 @@ fn redis_client_certificate_maps_onto_its_flags() {
 fn malformed_values_name_their_variable() {
     assert_eq!(error_variable(&[("REDIS_URL", "redis")]), "REDIS_URL");
     assert_eq!(error_variable(&[("REDIS_URL", "redis:x")]), "REDIS_URL");
-    assert_eq!(error_variable(&[("REDIS_URL", "redis://a:1")]), "REDIS_URL");
+    for url in [
+        "redis://a",
+        "redis://a:1/x",
+        "redis://a:1?tls=1",
+        "redis://u:p@",
+        "http://a:1",
+    ] {
+        assert_eq!(error_variable(&[("REDIS_URL", url)]), "REDIS_URL", "{url}");
+    }
+    let cluster = [("REDIS_TYPE", "cluster"), ("REDIS_URL", "redis://a:1/2")];
+    assert_eq!(error_variable(&cluster), "REDIS_URL");
     assert_eq!(
         error_variable(&[("REDIS_URL", "a:1"), ("PORT", "80a")]),
         "PORT"
@@ -526,14 +540,31 @@ fn the_environment_fills_only_what_the_user_left_at_its_default() {
         s.listen.tls_cert_file.as_deref(),
         Some(std::path::Path::new("/env/cert.pem"))
     );
-    // A flag that needs another (`--tls-listeners` needs `--tls-cert-file`) is checked on the
-    // command line alone: the environment's files do not count for it, and the start is refused
-    // with clap's message naming what is missing.
-    let error = settings(&["--tls-listeners=grpc,http,admin"], &compat).unwrap_err();
-    assert_eq!(
-        error.kind(),
-        clap::error::ErrorKind::MissingRequiredArgument
+    // A flag that needs another (`--tls-listeners` needs `--tls-cert-file`) is satisfied by the
+    // environment's files; without them the start is refused, naming what is missing.
+    let s = settings(&["--tls-listeners=grpc,http,admin"], &compat).unwrap();
+    assert_eq!(s.listen.tls_listeners.len(), 3);
+    assert!(s.listen.tls_files().is_some());
+    let ca = settings(&["--tls-client-ca-file=/ca.pem"], &compat).unwrap();
+    assert!(
+        ca.listen
+            .tls_files()
+            .is_some_and(|files| files.client_ca.is_some())
     );
+    for alone in [
+        &["--tls-listeners=grpc,http,admin"][..],
+        &["--tls-cert-file=/c.pem"],
+        &["--tls-key-file=/k.pem"],
+        &["--tls-client-ca-file=/ca.pem"],
+        &["--tls-client-san=a"],
+    ] {
+        let error = settings(alone, &[("REDIS_URL", "a:1")]).unwrap_err();
+        assert_eq!(
+            error.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "{alone:?}"
+        );
+    }
 }
 
 /// `--redis-sentinel` and `--redis-cluster` exclude each other wherever each came from.
@@ -569,4 +600,91 @@ fn stop_cache_key_increment_maps_to_record_over_limit() {
     }
     let t = run(&[("REDIS_URL", "127.0.0.1:6379")]).unwrap().unwrap();
     assert_eq!(value(&t, "record_over_limit"), None);
+}
+
+/// `REDIS_URL` in every form radix (envoyproxy/ratelimit's client) dials, and `rediss://`.
+#[test]
+fn redis_url_forms() {
+    let url = |vars: &[(&str, &str)]| value(&run(vars).unwrap().unwrap(), "redis_url");
+    let cases = [
+        ("h:1", "redis://h:1"),
+        ("redis://h:1", "redis://h:1"),
+        ("REDIS://h:1/", "redis://h:1"),
+        ("redis://user:pass@h:1/3", "redis://user:pass@h:1/3"),
+        ("redis://:p%40ss@h:1", "redis://:p%40ss@h:1"),
+        ("redis://h:1?db=2&password=x", "redis://:x@h:1/2"),
+        ("redis://h:1?username=u&password=x", "redis://u:x@h:1"),
+        ("rediss://h:1/0", "rediss://h:1/0"),
+        ("redis://[::1]:6379", "redis://[::1]:6379"),
+    ];
+    for (given, expected) in cases {
+        assert_eq!(
+            url(&[("REDIS_URL", given)]).as_deref(),
+            Some(expected),
+            "{given}"
+        );
+    }
+    // REDIS_AUTH fills what the URL leaves out; the URL's own credentials win.
+    let auth = [("REDIS_URL", "redis://h:1/4"), ("REDIS_AUTH", "pw")];
+    assert_eq!(url(&auth).as_deref(), Some("redis://:pw@h:1/4"));
+    let both = [("REDIS_URL", "redis://u:a@h:1"), ("REDIS_AUTH", "b")];
+    assert_eq!(url(&both).as_deref(), Some("redis://u:a@h:1"));
+    // REDIS_TLS=true makes a redis:// URL TLS, as radix's TLS dialer would.
+    let tls = [("REDIS_URL", "redis://h:1/1"), ("REDIS_TLS", "true")];
+    assert_eq!(url(&tls).as_deref(), Some("rediss://h:1/1"));
+    let t = run(&[
+        ("REDIS_TYPE", "cluster"),
+        ("REDIS_URL", "redis://:p@a:1,redis://b:2/0"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        value(&t, "redis_cluster").as_deref(),
+        Some("redis://:p@a:1,redis://b:2/0")
+    );
+}
+
+/// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true` is honoured with a warning: `#insecure` on every
+/// TLS URL of the store, the primary's and the sentinels' included.
+#[test]
+fn skipping_hostname_verification_warns() {
+    let t = run(&[
+        ("REDIS_URL", "h:1"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        value(&t, "redis_url").as_deref(),
+        Some("rediss://h:1#insecure")
+    );
+    assert_eq!(
+        t.warnings[0].variable,
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"
+    );
+    assert!(t.unhonoured.is_empty());
+    let t = run(&[
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", "m,s:1"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        value(&t, "redis_sentinel").as_deref(),
+        Some("rediss://s:1#insecure")
+    );
+    assert_eq!(
+        value(&t, "redis_url").as_deref(),
+        Some("rediss://primary#insecure")
+    );
+    let t = run(&[
+        ("REDIS_URL", "h:1"),
+        ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert!(t.warnings.is_empty());
 }

@@ -61,6 +61,8 @@ values! {
     TlsClientCaFile(PathBuf) => listen.tls_client_ca_file,
     TlsClientSan(Vec<String>) => listen.tls_client_san,
     TlsListeners(Vec<Listener>) => listen.tls_listeners,
+    GrpcMaxConnectionAge(Duration) => server.grpc_max_connection_age,
+    GrpcMaxConnectionAgeGrace(Duration) => server.grpc_max_connection_age_grace,
     RedisUrl(String) => store.redis_url,
     RedisCluster(Vec<String>) => store.redis_cluster,
     RedisSentinel(Vec<String>) => store.redis_sentinel,

@@ -36,6 +36,11 @@ pub struct ServerLimits {
     pub handshake_timeout: Duration,
     /// gRPC: a connection with no call in flight for this long is closed (GOAWAY). Zero: never.
     pub idle_timeout: Duration,
+    /// gRPC: a connection this old gets a GOAWAY and closes once its calls end (±10 %, per
+    /// connection). Zero: never.
+    pub grpc_max_connection_age: Duration,
+    /// gRPC: how long an aged connection's calls may go on after its GOAWAY.
+    pub grpc_max_connection_age_grace: Duration,
     /// Time for a request's body to arrive (gRPC: the call's message; HTTP: the whole request).
     pub body_timeout: Duration,
     /// HTTP/2 PING interval on idle and busy connections alike; a connection that has not
@@ -53,6 +58,7 @@ impl ServerLimits {
     pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 1024;
     pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    pub const DEFAULT_GRPC_MAX_CONNECTION_AGE_GRACE: Duration = Duration::from_secs(60);
     pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
     pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 64 << 20;
@@ -66,6 +72,8 @@ impl Default for ServerLimits {
             max_connections_per_peer: Self::DEFAULT_MAX_CONNECTIONS_PER_PEER,
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            grpc_max_connection_age: Duration::ZERO,
+            grpc_max_connection_age_grace: Self::DEFAULT_GRPC_MAX_CONNECTION_AGE_GRACE,
             body_timeout: Self::DEFAULT_BODY_TIMEOUT,
             keepalive_interval: Self::DEFAULT_KEEPALIVE_INTERVAL,
             max_buffered_bytes: Self::DEFAULT_MAX_BUFFERED_BYTES,

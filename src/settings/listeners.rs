@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::Given;
 use crate::server::Listeners;
 use crate::server::socket::{Address, parse_mode};
 use crate::server::tls::{Listener, TlsFiles};
@@ -38,23 +39,18 @@ pub struct ListenSettings {
     pub unix_socket_mode: Option<u32>,
     /// PEM certificate chain (leaf first): both listeners serve TLS only (gRPC with ALPN h2,
     /// HTTP with h2 and http/1.1). Replaced without a restart when the file changes.
-    #[arg(long, env = "SLIDEGATE_TLS_CERT_FILE", requires = "tls_key_file")]
+    #[arg(long, env = "SLIDEGATE_TLS_CERT_FILE")]
     pub tls_cert_file: Option<PathBuf>,
     /// PEM private key of --tls-cert-file.
-    #[arg(long, env = "SLIDEGATE_TLS_KEY_FILE", requires = "tls_cert_file")]
+    #[arg(long, env = "SLIDEGATE_TLS_KEY_FILE")]
     pub tls_key_file: Option<PathBuf>,
     /// PEM bundle of CAs for client certificates: mutual TLS, every client must present a
     /// certificate signed by one of them (refused with a TLS alert otherwise).
-    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA_FILE")]
     pub tls_client_ca_file: Option<PathBuf>,
     /// Comma-separated URI SANs (SPIFFE IDs) and DNS names: with --tls-client-ca-file, a client
     /// certificate must carry one of them exactly (refused with a TLS alert otherwise).
-    #[arg(
-        long,
-        env = "SLIDEGATE_TLS_CLIENT_SAN",
-        value_delimiter = ',',
-        requires = "tls_client_ca_file"
-    )]
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_SAN", value_delimiter = ',')]
     pub tls_client_san: Vec<String>,
     /// Comma-separated listeners that serve TLS with --tls-cert-file (and mutual TLS with
     /// --tls-client-ca-file): `grpc`, `http`, `admin` (the operator listener; Prometheus then
@@ -65,13 +61,53 @@ pub struct ListenSettings {
         env = "SLIDEGATE_TLS_LISTENERS",
         value_enum,
         value_delimiter = ',',
-        default_value = "grpc,http",
-        requires = "tls_cert_file"
+        default_value = "grpc,http"
     )]
     pub tls_listeners: Vec<Listener>,
 }
 
 impl ListenSettings {
+    /// The TLS flags each need another: checked once envoyproxy/ratelimit's environment has
+    /// been applied, so that its `GRPC_SERVER_TLS_*` files satisfy a flag given on the command
+    /// line (`--tls-listeners` with the environment's certificate). `given` says which settings
+    /// the user gave: `--tls-listeners` has a default, which needs nothing.
+    pub fn check(&self, given: &Given) -> Result<(), clap::Error> {
+        let needs = [
+            (
+                self.tls_cert_file.is_some(),
+                self.tls_key_file.is_some(),
+                "--tls-key-file <TLS_KEY_FILE>",
+            ),
+            (
+                self.tls_key_file.is_some(),
+                self.tls_cert_file.is_some(),
+                "--tls-cert-file <TLS_CERT_FILE>",
+            ),
+            (
+                self.tls_client_ca_file.is_some(),
+                self.tls_cert_file.is_some(),
+                "--tls-cert-file <TLS_CERT_FILE>",
+            ),
+            (
+                !self.tls_client_san.is_empty(),
+                self.tls_client_ca_file.is_some(),
+                "--tls-client-ca-file <TLS_CLIENT_CA_FILE>",
+            ),
+            (
+                given.contains("tls_listeners"),
+                self.tls_cert_file.is_some(),
+                "--tls-cert-file <TLS_CERT_FILE>",
+            ),
+        ];
+        match needs.iter().find(|(set, needed, _)| *set && !*needed) {
+            None => Ok(()),
+            Some((_, _, missing)) => Err(clap::Error::raw(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                format!("the following required arguments were not provided:\n  {missing}\n"),
+            )),
+        }
+    }
+
     /// The TLS files when --tls-cert-file is given (clap makes --tls-key-file come with it).
     pub fn tls_files(&self) -> Option<TlsFiles> {
         Some(TlsFiles {

@@ -63,6 +63,12 @@ impl Settings {
         settings.given = Given(Some(matches.clone()));
         Ok(settings)
     }
+
+    /// What clap cannot check on the command line alone because the environment may complete
+    /// it: called once envoyproxy/ratelimit's environment has been applied.
+    pub fn check(&self) -> Result<(), clap::Error> {
+        self.listen.check(&self.given)
+    }
 }
 
 /// Where each setting came from: given on the command line or in its `SLIDEGATE_*` variable, or

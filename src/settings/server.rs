@@ -35,6 +35,15 @@ pub struct ServerSettings {
     /// HTTP/2), on every port; `0s` never.
     #[arg(long, env = "SLIDEGATE_IDLE_TIMEOUT", default_value = spelled!(ServerLimits::DEFAULT_IDLE_TIMEOUT), value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
+    /// A gRPC connection this old (±10 %, per connection) gets a GOAWAY and closes once its
+    /// calls end, so that Envoys reconnect and spread over the replicas that started since,
+    /// e.g. `30m`; `0s` never.
+    #[arg(long, env = "SLIDEGATE_GRPC_MAX_CONNECTION_AGE", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub grpc_max_connection_age: Duration,
+    /// How long the calls of a connection aged out by --grpc-max-connection-age may go on after
+    /// its GOAWAY; then it is closed.
+    #[arg(long, env = "SLIDEGATE_GRPC_MAX_CONNECTION_AGE_GRACE", default_value = spelled!(ServerLimits::DEFAULT_GRPC_MAX_CONNECTION_AGE_GRACE), value_parser = humantime::parse_duration)]
+    pub grpc_max_connection_age_grace: Duration,
     /// Time for a request's body to arrive: a gRPC call's message (else DEADLINE_EXCEEDED), an
     /// HTTP request as a whole (else 408).
     #[arg(long, env = "SLIDEGATE_BODY_TIMEOUT", default_value = spelled!(ServerLimits::DEFAULT_BODY_TIMEOUT), value_parser = humantime::parse_duration)]
@@ -58,6 +67,8 @@ impl ServerSettings {
             max_connections_per_peer: self.max_connections_per_peer,
             handshake_timeout: self.handshake_timeout,
             idle_timeout: self.idle_timeout,
+            grpc_max_connection_age: self.grpc_max_connection_age,
+            grpc_max_connection_age_grace: self.grpc_max_connection_age_grace,
             body_timeout: self.body_timeout,
             keepalive_interval: self.keepalive_interval,
             max_buffered_bytes: self.max_buffered_bytes,

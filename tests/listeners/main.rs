@@ -9,6 +9,7 @@ mod otlp;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod age;
 mod byte_values;
 mod charges;
 mod eg_translator;

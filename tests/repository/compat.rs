@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 /// The ConfigMap of Istio's sample (its comment), with a `metadata` key as envoyproxy/ratelimit
 /// accepts it.
-const ISTIO_RULES: &str = r#"
+pub(super) const ISTIO_RULES: &str = r#"
 domain: echo-ratelimit
 descriptors:
   - key: PATH
@@ -53,13 +53,13 @@ descriptors:
 
 /// A volume as kubelet mounts a ConfigMap: `config.yaml -> ..data/config.yaml`,
 /// `..data -> ..<timestamp>`, the files in the timestamped directory.
-struct ConfigMapVolume {
+pub(super) struct ConfigMapVolume {
     dir: PathBuf,
     version: u32,
 }
 
 impl ConfigMapVolume {
-    fn create(dir: PathBuf, rules: &str) -> ConfigMapVolume {
+    pub(super) fn create(dir: PathBuf, rules: &str) -> ConfigMapVolume {
         std::fs::create_dir_all(&dir).expect("volume dir");
         let mut volume = ConfigMapVolume { dir, version: 0 };
         volume.update(rules);
@@ -91,7 +91,7 @@ impl ConfigMapVolume {
 
 /// `slidegate` under the name `ratelimit` (as the image's `/bin/ratelimit`), with no arguments
 /// and an environment of exactly `env`.
-fn ratelimit(dir: &Path, env: &[(&str, String)]) -> Command {
+pub(super) fn ratelimit(dir: &Path, env: &[(&str, String)]) -> Command {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).expect("bin dir");
     let link = bin.join("ratelimit");
@@ -130,14 +130,14 @@ fn istio_env(redis: &str, root: &Path, ports: [u16; 3]) -> Vec<(&'static str, St
 }
 
 /// A started server: the process, its log, its ports.
-struct Started {
+pub(super) struct Started {
     process: KillOnDrop,
     log: PathBuf,
     grpc: u16,
 }
 
 impl Started {
-    fn start(mut command: Command, log: PathBuf, http: u16, grpc: u16) -> Started {
+    pub(super) fn start(mut command: Command, log: PathBuf, http: u16, grpc: u16) -> Started {
         let file = std::fs::File::create(&log).expect("log");
         let process = KillOnDrop(command.stderr(file).spawn().expect("spawn"));
         let mut started = Started { process, log, grpc };
@@ -152,7 +152,7 @@ impl Started {
         started
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -165,7 +165,7 @@ impl Started {
             .collect()
     }
 
-    async fn decide(&self, path: &str) -> Code {
+    pub(super) async fn decide(&self, path: &str) -> Code {
         self.answer(path).await.overall_code()
     }
 

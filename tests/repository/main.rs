@@ -8,7 +8,9 @@
 mod support;
 
 mod compat;
+mod compat_env;
 mod config;
 mod docs;
+mod image;
 mod kubernetes;
 mod layers;

@@ -1,7 +1,7 @@
 //! One HTTP/2 connection of the gRPC port: the client's preface within the handshake timeout,
 //! then a loop that takes every call the connection has read and runs them inside the
 //! connection's own task (so the answers of one read leave in one write), keepalive PINGs, the
-//! idle timeout, and GOAWAY on shutdown.
+//! idle timeout, the connection age, and GOAWAY on shutdown.
 
 use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::{Interval, MissedTickBehavior};
 
+use super::age::{Age, Aged};
 use super::{
     CONNECTION_BUDGET, Call, CallLimits, GrpcApp, MAX_CONCURRENT_CALLS, MAX_QUEUED_REPLY, Serving,
 };
@@ -30,6 +31,8 @@ struct Timing {
     handshake: Duration,
     idle: Duration,
     keepalive: Duration,
+    max_age: Duration,
+    max_age_grace: Duration,
 }
 
 /// Serves one HTTP/2 connection until the client closes it, until it breaks a limit, or until
@@ -53,6 +56,8 @@ where
         handshake: preface_by.saturating_duration_since(tokio::time::Instant::now()),
         idle: serving.limits.idle_timeout,
         keepalive: serving.limits.keepalive_interval,
+        max_age: serving.limits.grpc_max_connection_age,
+        max_age_grace: serving.limits.grpc_max_connection_age_grace,
     };
     let start = |request, respond| app.call(request, respond, &limits);
     serve_calls(io, start, serving.stop, timing).await
@@ -83,6 +88,7 @@ where
     };
     let mut keepalive = Keepalive::new(connection.ping_pong(), timing.keepalive);
     let mut idle = Idle::new(timing.idle);
+    let mut age = Age::new(timing.max_age, timing.max_age_grace);
     // A call that panics (a bug: no input should make one) ends alone, as it did when every call
     // was a task of its own: unwinding drops its stream handles, which resets its stream, and
     // the connection's other calls go on. The state it shares lives behind `parking_lot` locks
@@ -99,6 +105,18 @@ where
         if !stopping && stop.as_mut().poll(cx).is_ready() {
             connection.graceful_shutdown();
             stopping = true;
+        }
+        match age.poll(cx) {
+            Some(Aged::GoAway) if !stopping => {
+                tracing::debug!("connection older than --grpc-max-connection-age; GOAWAY sent");
+                connection.graceful_shutdown();
+                stopping = true;
+            }
+            Some(Aged::Cut) => {
+                tracing::debug!("calls still open after --grpc-max-connection-age-grace; closed");
+                return Poll::Ready(Ok(()));
+            }
+            _ => {}
         }
         loop {
             match connection.poll_accept(cx) {
@@ -269,6 +287,8 @@ mod tests {
         handshake: Duration::from_secs(10),
         idle: Duration::from_secs(60),
         keepalive: Duration::from_secs(30),
+        max_age: Duration::ZERO,
+        max_age_grace: Duration::ZERO,
     };
 
     /// One call of `path` from an h2 client: the `grpc-status` trailer, or the stream's error.

@@ -47,6 +47,7 @@ use crate::service::rls::{GrpcService, RequestBytes, SHOULD_RATE_LIMIT};
 use bridge::bridge;
 use call::{refuse, unary};
 
+mod age;
 mod bridge;
 mod call;
 mod connection;
