@@ -34,22 +34,19 @@ use std::time::Instant;
 use bytes::{Buf, BufMut, Bytes};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as ProtoCode, DescriptorStatus as ProtoStatus, RateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 use prost::{DecodeError, Message};
 use tonic::Status;
 
 use super::front::{Front, Transport};
+use super::unit_to_proto;
 use super::wire::WireRequest;
-use super::{unit_from_override, unit_to_proto};
-use crate::limiter::{
-    Code, Descriptor, DescriptorStatus, LimitError, LimitOverride, Observer, Request,
-    RequestLimits, Response,
-};
+use crate::limiter::{Code, DescriptorStatus, LimitError, Observer, RequestLimits, Response};
 use crate::telemetry::{DecisionSpan, Transport as TraceTransport};
 
 /// The file descriptor set of `proto/` (compiled by `build.rs`), for reflection.
@@ -261,33 +258,6 @@ fn length_delimited<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8], Counted> {
     Ok(payload)
 }
 
-/// Borrows a proto request as a limiter request (for callers that hold Envoy's message; the
-/// service decodes a [`WireRequest`]).
-pub fn from_proto(proto: &RateLimitRequest) -> Request<'_> {
-    Request {
-        domain: &proto.domain,
-        descriptors: proto
-            .descriptors
-            .iter()
-            .map(|d| Descriptor {
-                entries: d
-                    .entries
-                    .iter()
-                    .map(|e| (e.key.as_str(), e.value.as_str()))
-                    .collect(),
-                limit: d.limit.as_ref().map(|l| LimitOverride {
-                    requests_per_unit: l.requests_per_unit,
-                    unit: unit_from_override(l.unit),
-                }),
-                hits_addend: d.hits_addend.as_ref().map(|h| h.value),
-                negative_hits: d.is_negative_hits,
-            })
-            .collect(),
-        hits_addend: u64::from(proto.hits_addend),
-        costs_are_charges: true,
-    }
-}
-
 /// Encodes a limiter response.
 pub fn to_proto(response: Response) -> RateLimitResponse {
     RateLimitResponse {
@@ -335,6 +305,7 @@ mod tests {
     use super::*;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
     fn limits() -> RequestLimits {
         RequestLimits {

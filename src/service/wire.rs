@@ -195,7 +195,22 @@ mod tests {
         let wire = WireRequest::decode(proto.encode_to_vec().as_slice()).expect("decodes");
         let domain = wire.domain();
         let request = wire.request(&domain);
-        assert_eq!(request, super::super::rls::from_proto(&proto));
+        let expected = Request {
+            domain: "edge",
+            descriptors: vec![Descriptor {
+                entries: [("user", "jos\u{e9}")].into_iter().collect(),
+                limit: Some(LimitOverride {
+                    requests_per_unit: 5,
+                    unit: unit_from_override(2),
+                }),
+                hits_addend: Some(3),
+                negative_hits: true,
+            }]
+            .into(),
+            hits_addend: 7,
+            costs_are_charges: true,
+        };
+        assert_eq!(request, expected);
         assert_eq!(wire.escaped(), 0);
         // Encoding it again gives Envoy's message back.
         assert_eq!(
