@@ -49,7 +49,10 @@ impl Tally {
         let which = match answer {
             Ok(Code::Ok) => &self.admitted,
             Ok(_) => &self.denied,
-            Err(_) => &self.failed,
+            Err(status) => {
+                eprintln!("failed call: {status:?}");
+                &self.failed
+            }
         };
         which.fetch_add(1, Ordering::Relaxed);
     }
