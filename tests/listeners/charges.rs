@@ -95,15 +95,7 @@ static_resources:
 /// What the counter has left, from a check of 0 hits over `/json`: `(code, limitRemaining)`.
 async fn remaining(slidegate: &Slidegate) -> (String, u64) {
     let body = r#"{"domain":"budget","descriptors":[{"entries":[{"key":"generic_key","value":"tokens"}],"hitsAddend":0}]}"#;
-    let v: serde_json::Value = reqwest::Client::new()
-        .post(slidegate.url("/json"))
-        .body(body)
-        .send()
-        .await
-        .expect("json")
-        .json()
-        .await
-        .expect("json body");
+    let v = slidegate.post_json(body).await;
     let status = &v["statuses"][0];
     let code = status["code"].as_str().unwrap_or_default().to_string();
     (code, status["limitRemaining"].as_u64().unwrap_or(0))

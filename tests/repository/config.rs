@@ -97,20 +97,6 @@ fn assert_contains_all(haystack: &str, needles: &[&str]) {
     assert!(missing.is_empty(), "missing {missing:#?} in:\n{haystack}");
 }
 
-/// `POST /json`; the answer's JSON.
-async fn post_json(
-    server: &crate::support::Slidegate,
-    body: serde_json::Value,
-) -> serde_json::Value {
-    let response = reqwest::Client::new()
-        .post(server.url("/json"))
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("POST /json");
-    response.json().await.expect("a JSON answer")
-}
-
 /// A one-descriptor request with `hits` hits (0: check without counting) on /json: the status's
 /// code and its limit as `N UNIT` (`none` without one).
 async fn decide(
@@ -127,7 +113,7 @@ async fn decide(
         "domain": domain,
         "descriptors": [{"entries": entries, "hitsAddend": hits}],
     });
-    let answer = post_json(server, body).await;
+    let answer = server.post_json(&body.to_string()).await;
     let status = &answer["statuses"][0];
     let limit = &status["currentLimit"];
     let limit = if limit.is_null() {
@@ -351,7 +337,7 @@ async fn quota_descriptors_from_a_file_deny_when_every_one_is_over() {
     });
     let mut seen = Vec::new();
     for _ in 0..4 {
-        let answer = post_json(&server, body.clone()).await;
+        let answer = server.post_json(&body.to_string()).await;
         let codes = [
             &answer["overallCode"],
             &answer["statuses"][0]["code"],
@@ -408,7 +394,7 @@ async fn week_in_limit_overrides() {
             "limit": {"requestsPerUnit": 4, "unit": "WEEK"},
         }],
     });
-    let answer = post_json(&server, body).await;
+    let answer = server.post_json(&body.to_string()).await;
     assert_eq!(
         answer["statuses"][0]["currentLimit"],
         serde_json::json!({"requestsPerUnit": 4, "unit": "WEEK"}),

@@ -184,6 +184,19 @@ impl Slidegate {
         http_get(self.port_for(path), path)
     }
 
+    /// `POST /json` with `body`; the answer's JSON.
+    pub async fn post_json(&self, body: &str) -> serde_json::Value {
+        reqwest::Client::new()
+            .post(self.url("/json"))
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("POST /json")
+            .json()
+            .await
+            .expect("a JSON answer")
+    }
+
     /// Sends a signal by name (`TERM`, `HUP`, ...).
     pub fn signal(&self, name: &str) {
         send_signal(self.pid(), name);
