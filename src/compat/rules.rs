@@ -38,12 +38,6 @@ pub(super) fn refuse_what_cannot_be_served<F: Fn(&str) -> Option<String>>(
             "slidegate serves gRPC over TCP only (GRPC_HOST/GRPC_PORT)",
         ));
     }
-    if env.flag("QUOTA_MODE")? == Some(true) {
-        return Err(unsupported(
-            "QUOTA_MODE",
-            "quota mode is not supported by slidegate (a limit here always denies when over)",
-        ));
-    }
     Ok(())
 }
 

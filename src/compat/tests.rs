@@ -50,6 +50,7 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
         | Value::GrpcMaxConnectionAgeGrace(d) => duration(d),
         Value::ForceStartWithoutInitialConfig(b)
         | Value::ShadowMode(b)
+        | Value::QuotaMode(b)
         | Value::ResponseHeaders(b)
         | Value::RecordOverLimit(b)
         | Value::HealthIgnoresStoreOutage(b) => b.to_string(),
@@ -347,7 +348,6 @@ fn malformed_values_name_their_variable() {
         error_variable(&[("REDIS_URL", "a:1"), ("REDIS_TYPE", "replicated")]),
         "REDIS_TYPE"
     );
-    assert_eq!(error_variable(&[("QUOTA_MODE", "true")]), "QUOTA_MODE");
 }
 
 #[test]
@@ -502,6 +502,7 @@ fn the_environment_fills_only_what_the_user_left_at_its_default() {
         ("REDIS_URL", "a:1"),
         ("REDIS_TIMEOUT", "20ms"),
         ("SHADOW_MODE", "true"),
+        ("QUOTA_MODE", "true"),
         ("GRPC_PORT", "9000"),
         ("GRPC_SERVER_USE_TLS", "true"),
         ("GRPC_SERVER_TLS_CERT", "/env/cert.pem"),
@@ -511,6 +512,7 @@ fn the_environment_fills_only_what_the_user_left_at_its_default() {
     assert_eq!(s.store.redis_url.as_deref(), Some("redis://a:1"));
     assert_eq!(s.store.redis_timeout, std::time::Duration::from_millis(20));
     assert!(s.requests.shadow_mode);
+    assert!(s.requests.quota_mode);
     assert_eq!(s.listen.grpc_addr.to_string(), "0.0.0.0:9000");
     assert_eq!(
         s.listen.tls_listeners,

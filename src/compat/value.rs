@@ -75,6 +75,7 @@ values! {
     RedisTlsKeyFile(PathBuf) => store.redis_tls_key_file,
     HealthIgnoresStoreOutage(bool) => store.health_ignores_store_outage,
     ShadowMode(bool) => requests.shadow_mode,
+    QuotaMode(bool) => requests.quota_mode,
     ResponseHeaders(bool) => requests.response_headers,
     RecordOverLimit(bool) => requests.record_over_limit,
     LogFormat(LogFormat) => logging.log_format,

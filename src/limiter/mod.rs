@@ -71,6 +71,9 @@ pub struct Options {
     pub failure_mode: FailureMode,
     /// Global shadow mode: everything is evaluated and counted, nothing is denied.
     pub shadow_mode: bool,
+    /// Global quota mode: every limited descriptor is a quota descriptor, as if each rule had
+    /// `quota_mode: true` (envoyproxy/ratelimit's `QUOTA_MODE`).
+    pub quota_mode: bool,
     /// Add IETF `RateLimit-*` headers (and `Retry-After` on deny) to responses.
     pub response_headers: bool,
     /// Record every hit, over the limit too (envoyproxy/ratelimit's

@@ -91,7 +91,8 @@ impl RateLimiter {
                     |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
                 match (descriptor.limit, matched) {
                     (Some(limit), _) => {
-                        let limited = override_plan(descriptor, limit, hits, kind);
+                        let mut limited = override_plan(descriptor, limit, hits, kind);
+                        limited.quota = self.options.quota_mode;
                         self.admit(&mut counters, &mut budget, limited, || {
                             self.override_tag(request.domain, &descriptor.entries)
                         })
@@ -111,7 +112,7 @@ impl RateLimiter {
                             own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
-                            quota: m.rule.quota_mode,
+                            quota: m.rule.quota_mode || self.options.quota_mode,
                             hits,
                             kind,
                             counters: 0..0,

@@ -19,6 +19,12 @@ pub struct RequestSettings {
     #[arg(long, env = "SLIDEGATE_SHADOW_MODE", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub shadow_mode: bool,
+    /// Make every limited descriptor a quota descriptor, as `quota_mode: true` on every rule
+    /// would (envoyproxy/ratelimit's QUOTA_MODE): over its limit a descriptor reports OVER_LIMIT,
+    /// but the request is denied only when every one of its limited descriptors is over.
+    #[arg(long, env = "SLIDEGATE_QUOTA_MODE", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub quota_mode: bool,
     /// Add IETF RateLimit-Limit/-Remaining/-Reset/-Policy headers (and Retry-After on deny) to
     /// answers; `--response-headers=false` turns them off (and saves about 1 µs of CPU per call
     /// when nothing reads them).
@@ -65,6 +71,7 @@ impl RequestSettings {
         Options {
             failure_mode: self.failure_mode,
             shadow_mode: self.shadow_mode,
+            quota_mode: self.quota_mode,
             response_headers: self.response_headers,
             record_over_limit: self.record_over_limit,
             limits: RequestLimits {

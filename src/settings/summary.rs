@@ -30,6 +30,7 @@ impl Settings {
             redis_prefix = %store.redis_prefix,
             failure_mode = %requests.failure_mode,
             shadow_mode = requests.shadow_mode,
+            quota_mode = requests.quota_mode,
             response_headers = requests.response_headers,
             check_domain = requests.check_domain.as_deref().unwrap_or("-"),
             max_descriptors = requests.max_descriptors,

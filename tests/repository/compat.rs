@@ -333,7 +333,6 @@ fn malformed_values_stop_the_start_naming_the_variable() {
 
 #[test]
 fn unsupported_modes_stop_the_start_with_a_clear_error() {
-    refused(&[("QUOTA_MODE", "true")], "QUOTA_MODE");
     refused(&[("GRPC_SERVER_USE_TLS", "true")], "GRPC_SERVER_TLS_CERT");
 }
 

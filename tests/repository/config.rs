@@ -361,6 +361,42 @@ async fn quota_descriptors_from_a_file_deny_when_every_one_is_over() {
     );
 }
 
+/// Global quota mode (`--quota-mode`, envoyproxy/ratelimit's `QUOTA_MODE`) makes every limited
+/// descriptor a quota descriptor: one over its limit reports OVER_LIMIT, the request still passes.
+#[tokio::test]
+async fn global_quota_mode_denies_only_when_every_descriptor_is_over() {
+    let file = fixtures().join("good/matching.yaml");
+    let body = serde_json::json!({
+        "domain": "matching",
+        "descriptors": [
+            {"entries": [{"key": "path", "value": "/api/admin/x"}]},
+            {"entries": [{"key": "method", "value": "POST"}]},
+        ],
+    })
+    .to_string();
+    let second_answer = |server: crate::support::Slidegate| {
+        let body = body.clone();
+        async move {
+            server.post_json(&body).await;
+            let a = server.post_json(&body).await;
+            [
+                &a["overallCode"],
+                &a["statuses"][0]["code"],
+                &a["statuses"][1]["code"],
+            ]
+            .map(|c| c.as_str().unwrap_or("?").to_owned())
+            .join(" ")
+        }
+    };
+    // `path` (1 per minute) is over on the second request, `method` (5 per second) is not.
+    let plain = crate::support::Slidegate::start(&file, &[]);
+    assert_eq!(second_answer(plain).await, "OVER_LIMIT OVER_LIMIT OK");
+    let flag = crate::support::Slidegate::start(&file, &["--quota-mode"]);
+    assert_eq!(second_answer(flag).await, "OK OVER_LIMIT OK");
+    let env = crate::support::Slidegate::start_with_env(&file, &[], &[("QUOTA_MODE", "true")]);
+    assert_eq!(second_answer(env).await, "OK OVER_LIMIT OK");
+}
+
 /// `WEEK` in a limit override, as a number on gRPC (7, the response's WEEK) and by name on /json.
 #[tokio::test]
 async fn week_in_limit_overrides() {
