@@ -62,7 +62,10 @@ impl RuleCounters {
             self.used.store(true, Ordering::Relaxed);
         }
         self.decisions[decision.index()].inc();
-        self.hits[decision.index()].inc_by(hits);
+        // Saturating: hits come from clients (up to `MAX_HITS` each), and a counter that
+        // wrapped would read as a reset.
+        let total = &self.hits[decision.index()];
+        total.inc_by(hits.min(u64::MAX - total.get()));
         if near_limit {
             self.near_limit.inc();
         }

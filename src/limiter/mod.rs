@@ -51,9 +51,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::Scratch;
-use crate::config::{Limit, LiveRules, RuleSet};
+use crate::config::{LiveRules, RuleSet};
 use crate::store::key::CounterTag;
-use crate::store::{Counter, CounterResult, FailureMode, HitKind, Precision, Store, StoreError};
+use crate::store::{Counter, CounterResult, FailureMode, HitKind, Store, StoreError};
 
 pub use metrics::{DecisionLabel, DecisionMetrics, RuleCounters};
 pub use observer::Observer;
@@ -204,27 +204,27 @@ impl RateLimiter {
         Ok(results)
     }
 
-    /// Appends one counter per limit of a descriptor and returns their range. The descriptor's
-    /// `tag` is built once; each limit only adds its window to it.
+    /// Appends one counter per limit of a limited descriptor and returns their range. The
+    /// descriptor's `tag` is built once; each limit only adds its window to it. A quota rule's
+    /// counters never deny at the store, as a shadow rule's.
     fn push_counters(
         &self,
         counters: &mut Scratch<Counter>,
         mut tag: CounterTag,
-        limits: &[Limit],
-        hits: u64,
-        rule_shadow: bool,
-        kind: HitKind,
+        limited: &plan::Limited<'_>,
+        debt: plan::Debt,
     ) -> Range<usize> {
         let start = counters.len();
-        for limit in limits {
+        let (hits, kind) = (limited.hits, limited.kind);
+        for limit in limited.limits.iter() {
             let window = limit.window();
             counters.push(Counter {
                 key: tag.counter_key(window),
                 limit: limit.requests_per_unit,
                 window,
-                hits: stored_hits(kind, limit, hits),
-                shadow: rule_shadow || self.options.shadow_mode,
-                precision: limit.precision,
+                hits,
+                shadow: limited.shadow || limited.quota || self.options.shadow_mode,
+                precision: plan::counter_precision(limit, kind, hits, debt),
                 kind,
             });
         }
@@ -419,17 +419,6 @@ impl RateLimiter {
         } else {
             Code::Ok
         }
-    }
-}
-
-/// The hits a counter is asked to store. A charge larger than its limit on an exact log is kept
-/// as `limit + 1` hits at one instant: either way the counter is over its limit until that
-/// instant leaves the window, and then the log is empty of it, so every later decision is the
-/// same, while the log (one Redis member per hit) stays bounded by the limit.
-fn stored_hits(kind: HitKind, limit: &Limit, hits: u64) -> u64 {
-    match (kind, limit.precision) {
-        (HitKind::Charged, Precision::Exact) => hits.min(limit.requests_per_unit.saturating_add(1)),
-        _ => hits,
     }
 }
 

@@ -8,9 +8,10 @@ use super::request::{counted_as_is, counted_value};
 use super::{Descriptor, LimitOverride, RateLimiter, Request};
 use crate::Scratch;
 use crate::config::{DomainRules, Limit, Precision, RuleMatch, Unit};
+use crate::store::form::recorded_in;
 use crate::store::key::CounterTag;
 use crate::store::work::work;
-use crate::store::{Counter, HitKind};
+use crate::store::{Counter, HitKind, MAX_HITS};
 
 /// What one descriptor resolved to before the store call.
 pub(super) enum Plan<'a> {
@@ -85,7 +86,11 @@ impl RateLimiter {
             .iter()
             .zip(matches)
             .map(|(descriptor, matched)| {
-                let hits = descriptor.hits_addend.unwrap_or(request.hits_addend.max(1));
+                // Capped, so that no sum of hits can wrap (see `MAX_HITS`).
+                let hits = descriptor
+                    .hits_addend
+                    .unwrap_or(request.hits_addend.max(1))
+                    .min(MAX_HITS);
                 let kind = self.hit_kind(request, descriptor);
                 let is_replaced =
                     |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
@@ -159,19 +164,21 @@ impl RateLimiter {
         mut limited: Limited<'a>,
         tag: impl FnOnce() -> CounterTag,
     ) -> Plan<'a> {
-        let cost = budget_cost(&limited.limits, limited.hits, limited.kind);
-        if cost > *budget {
+        // A charge lands: where its logs would cost more than what is left of the budget, in
+        // buckets, as few as it takes.
+        let forms = match limited.kind {
+            HitKind::Charged => &[Debt::None, Debt::Buckets, Debt::OneBucket][..],
+            _ => &[Debt::None][..],
+        };
+        let fitting = forms.iter().find_map(|&debt| {
+            let cost = budget_cost(&limited.limits, limited.hits, limited.kind, debt);
+            (cost <= *budget).then_some((debt, cost))
+        });
+        let Some((debt, cost)) = fitting else {
             return Plan::OverBudget(limited);
-        }
+        };
         *budget -= cost;
-        limited.counters = self.push_counters(
-            counters,
-            tag(),
-            &limited.limits,
-            limited.hits,
-            limited.shadow || limited.quota,
-            limited.kind,
-        );
+        limited.counters = self.push_counters(counters, tag(), &limited, debt);
         Plan::Limited(limited)
     }
 
@@ -205,22 +212,46 @@ impl RateLimiter {
 }
 
 /// What a descriptor's counters cost of the request's hit budget ([`RequestLimits::max_hits`]):
-/// the store's work for each ([`work`]): the hits it stores on each exact log (at least 1, so the
-/// budget also bounds the number of counters; a charge stores at most `limit + 1`), its buckets
-/// per window plus one for a bucket counter, whatever its hits, and 1 for each counter that hits
-/// are returned to (taking back costs at most what was stored, which paid already).
-pub(super) fn budget_cost(limits: &[Limit], hits: u64, kind: HitKind) -> u64 {
+/// the store's work for each ([`work`]) in the form its hits are recorded in
+/// ([`counter_precision`]): the hits it stores on each exact log (at least 1, so the budget also
+/// bounds the number of counters), its buckets per window plus one for a bucket counter, whatever
+/// its hits, and 1 for each counter that hits are returned to (taking back costs at most what was
+/// stored, which paid already).
+pub(super) fn budget_cost(limits: &[Limit], hits: u64, kind: HitKind, debt: Debt) -> u64 {
     limits.iter().fold(0u64, |sum, limit| {
         let cost = match kind {
             HitKind::Returned => 1,
             _ => work(
-                limit.precision,
+                counter_precision(limit, kind, hits, debt),
                 limit.window(),
-                super::stored_hits(kind, limit, hits),
+                hits,
             ),
         };
         sum.saturating_add(cost)
     })
+}
+
+/// Where a charge whose logs do not fit in what is left of the request's budget goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Debt {
+    /// Its own form: the budget takes the charge as it is.
+    None,
+    /// Every charged log in [`Precision::for_debt`]'s buckets.
+    Buckets,
+    /// Every charged log in one bucket of its window (2 of the budget): the whole charge denies
+    /// for up to twice the window, where even a sixtieth of it does not fit.
+    OneBucket,
+}
+
+/// The form a limit's counter is recorded in ([`recorded_in`]): a charge too large for a log in
+/// buckets, and the charged logs of a [`Debt`] in its buckets.
+pub(super) fn counter_precision(limit: &Limit, kind: HitKind, hits: u64, debt: Debt) -> Precision {
+    let window = limit.window();
+    match (limit.precision, kind, debt) {
+        (Precision::Exact, HitKind::Charged, Debt::Buckets) => Precision::for_debt(window),
+        (Precision::Exact, HitKind::Charged, Debt::OneBucket) => Precision::Buckets(window),
+        _ => recorded_in(limit.precision, kind, limit.requests_per_unit, window, hits),
+    }
 }
 
 /// A descriptor with a limit override: one counter on the request's entries, never shadow,

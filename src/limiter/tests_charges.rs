@@ -176,8 +176,8 @@ async fn negative_hits_are_taken_back() {
     }
 }
 
-/// A charge costs the request's hit budget what it stores on an exact log (at most limit + 1):
-/// a large charge on a small log fits the budget and lands.
+/// A charge lands whatever the budget: a charge larger than its log is recorded in buckets, and
+/// where even those do not fit in the budget, in one bucket of the window (2 of the budget).
 #[tokio::test]
 async fn charges_are_within_the_hit_budget() {
     let f = fixture(Options {
@@ -191,10 +191,15 @@ async fn charges_are_within_the_hit_budget() {
     assert_eq!(r.statuses[0].code, Code::OverLimit);
     let check = call(&f, &grpc(vec![costing("user", "big", 0)])).await;
     assert_eq!(check.overall, Code::OverLimit, "the charge landed");
-    // On a 1000-per-hour exact log the same charge stores 1001 hits: over the budget of 4.
-    let r = call(&f, &grpc(vec![costing("budget_exact", "big", 1_000_000)])).await;
-    assert_eq!(r.statuses[0].code, Code::OverLimit);
+    // On a 1000-per-hour exact log a charge of 900 fits the limit but not the budget as a log.
+    let r = call(&f, &grpc(vec![costing("budget_exact", "big", 900)])).await;
+    assert_eq!(r.statuses[0].code, Code::Ok);
     let check = call(&f, &grpc(vec![costing("budget_exact", "big", 0)])).await;
+    assert_eq!(check.statuses[0].limit_remaining, 100, "the charge landed");
+    // Admitted hits that do not fit the budget are over limit, and record nothing.
+    let r = call(&f, &request(vec![costing("budget_exact", "other", 5)])).await;
+    assert_eq!(r.statuses[0].code, Code::OverLimit);
+    let check = call(&f, &grpc(vec![costing("budget_exact", "other", 0)])).await;
     assert_eq!(
         check.statuses[0].limit_remaining, 1000,
         "refused by the budget"

@@ -37,7 +37,7 @@
 //! A counter's key does not name its representation: a decision that finds a counter in another
 //! one than its rule asks for (after a reload) carries its hits over ([`carry`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -47,13 +47,16 @@ use async_trait::async_trait;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::{
-    Clock, Counter, CounterKey, CounterResult, Decision, HitKind, Precision, Store, StoreError,
+    Clock, Counter, CounterKey, CounterResult, Decision, HitKind, MAX_HELD, Precision, Store,
+    StoreError, decided_forms,
 };
 use crate::Scratch;
 use buckets::Buckets;
+use log::Log;
 
 mod buckets;
 mod carry;
+mod log;
 
 /// Number of independently locked maps. A power of two well above the core count keeps contention
 /// negligible; each shard costs one small map.
@@ -62,137 +65,6 @@ pub const SHARDS: usize = 64;
 /// The fewest decisions between two incremental shard sweeps (more when shards are larger; see
 /// the module docs).
 pub const SWEEP_EVERY: u64 = 1024;
-
-const HIT_BITS: u32 = 12;
-const MAX_RUN_HITS: u64 = 1 << HIT_BITS;
-const MAX_TIME: u64 = (1 << (64 - HIT_BITS)) - 1;
-
-/// Hits recorded in one microsecond: the time in the upper bits, `hits - 1` in the lower ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Run(u64);
-
-impl Run {
-    /// `hits` must be in `1..=MAX_RUN_HITS`; `at` is capped to the representable range.
-    fn new(at: u64, hits: u64) -> Run {
-        debug_assert!((1..=MAX_RUN_HITS).contains(&hits));
-        Run((at.min(MAX_TIME) << HIT_BITS) | (hits - 1))
-    }
-
-    fn at(self) -> u64 {
-        self.0 >> HIT_BITS
-    }
-
-    fn hits(self) -> u64 {
-        (self.0 & (MAX_RUN_HITS - 1)) + 1
-    }
-}
-
-/// The sliding log of one counter.
-#[derive(Debug)]
-struct Log {
-    runs: VecDeque<Run>,
-    /// Sum of the runs' hits, so counting is O(1).
-    hits: u64,
-    /// The counter's window in microseconds, kept so a sweep can expire the log on its own.
-    window: u64,
-}
-
-impl Log {
-    fn new(window: u64) -> Log {
-        Log {
-            runs: VecDeque::new(),
-            hits: 0,
-            window,
-        }
-    }
-
-    /// Drops the runs that left the window `(now - window, now]`.
-    fn trim(&mut self, now: u64) {
-        while let Some(run) = self.runs.front() {
-            if run.at().saturating_add(self.window) > now {
-                break;
-            }
-            self.hits -= run.hits();
-            self.runs.pop_front();
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.runs.is_empty()
-    }
-
-    fn newest(&self) -> Option<u64> {
-        self.runs.back().map(|r| r.at())
-    }
-
-    fn oldest(&self) -> Option<u64> {
-        self.runs.front().map(|r| r.at())
-    }
-
-    /// Appends `hits` at `at` (never before the newest run), merging into the newest run when it
-    /// has the same time.
-    fn record(&mut self, at: u64, mut hits: u64) {
-        self.hits += hits;
-        if let Some(last) = self.runs.back_mut()
-            && last.at() == at.min(MAX_TIME)
-        {
-            let room = MAX_RUN_HITS - last.hits();
-            let add = room.min(hits);
-            *last = Run::new(at, last.hits() + add);
-            hits -= add;
-        }
-        while hits > 0 {
-            let add = hits.min(MAX_RUN_HITS);
-            self.runs.push_back(Run::new(at, add));
-            hits -= add;
-        }
-    }
-
-    /// Removes up to `hits` of the newest hits; returns how many it removed.
-    fn take_back(&mut self, hits: u64) -> u64 {
-        let mut left = hits;
-        while left > 0 {
-            let Some(last) = self.runs.back_mut() else {
-                break;
-            };
-            let held = last.hits();
-            if held <= left {
-                self.runs.pop_back();
-                left -= held;
-            } else {
-                *last = Run::new(last.at(), held - left);
-                left = 0;
-            }
-        }
-        self.hits -= hits - left;
-        hits - left
-    }
-
-    /// The instant at which the oldest `k` hits will all have left the window, if the log holds
-    /// that many.
-    fn when_dropped(&self, k: u64) -> Option<u64> {
-        let mut seen = 0;
-        for run in &self.runs {
-            seen += run.hits();
-            if seen >= k {
-                return Some(run.at().saturating_add(self.window));
-            }
-        }
-        None
-    }
-
-    /// Bytes on the heap for the ring (not the map slot).
-    fn heap_bytes(&self) -> usize {
-        self.runs.capacity() * std::mem::size_of::<Run>()
-    }
-
-    /// Gives memory back after a burst once the log is much smaller than its ring.
-    fn shrink(&mut self) {
-        if self.runs.capacity() > 4 * self.runs.len().max(4) {
-            self.runs.shrink_to_fit();
-        }
-    }
-}
 
 /// What the store needs of one counter's state, whatever its representation. Times are
 /// microseconds on the store's clock; `now` never goes backwards for one counter.
@@ -203,8 +75,9 @@ trait Series {
     fn hits(&self) -> u64;
     /// The time of the newest hit (or of its bucket's start).
     fn newest(&self) -> Option<u64>;
-    /// Adds `hits` at `at`, never before [`Series::newest`].
-    fn record(&mut self, at: u64, hits: u64);
+    /// Adds `hits` at `at`, never before [`Series::newest`], up to [`MAX_HELD`] hits in all;
+    /// returns the hits it added.
+    fn record(&mut self, at: u64, hits: u64) -> u64;
     /// Removes up to `hits` of the newest hits (returned hits); returns how many it removed.
     fn take_back(&mut self, hits: u64) -> u64;
     /// The instant at which the oldest `k` hits have all stopped counting, if there are that many.
@@ -218,42 +91,6 @@ trait Series {
     fn heap_bytes(&self) -> usize;
     /// Gives memory back after a burst.
     fn shrink(&mut self);
-}
-
-impl Series for Log {
-    fn trim(&mut self, now: u64) {
-        Log::trim(self, now)
-    }
-    fn hits(&self) -> u64 {
-        self.hits
-    }
-    fn newest(&self) -> Option<u64> {
-        Log::newest(self)
-    }
-    fn record(&mut self, at: u64, hits: u64) {
-        Log::record(self, at, hits)
-    }
-    fn take_back(&mut self, hits: u64) -> u64 {
-        Log::take_back(self, hits)
-    }
-    fn when_dropped(&self, k: u64) -> Option<u64> {
-        Log::when_dropped(self, k)
-    }
-    fn oldest_leaves_at(&self) -> Option<u64> {
-        self.oldest().map(|o| o.saturating_add(self.window))
-    }
-    fn is_empty(&self) -> bool {
-        Log::is_empty(self)
-    }
-    fn entries(&self) -> usize {
-        self.runs.len()
-    }
-    fn heap_bytes(&self) -> usize {
-        Log::heap_bytes(self)
-    }
-    fn shrink(&mut self) {
-        Log::shrink(self)
-    }
 }
 
 /// One counter's state in a shard: an enum rather than a boxed trait object, so a counter costs no
@@ -353,6 +190,7 @@ impl MemoryStore {
     /// Decides one request now. The async [`Store::decide`] only wraps this; it never blocks on
     /// anything but the shard locks, which are held for microseconds.
     pub fn decide_now(&self, counters: &[Counter]) -> Decision {
+        let counters = &*decided_forms(counters);
         let now = micros(self.clock.now()).saturating_sub(self.epoch);
         let shard_of: Scratch<usize> = counters.iter().map(|c| self.shard_of(&c.key)).collect();
         let mut order = shard_of.clone();
@@ -373,8 +211,7 @@ impl MemoryStore {
                 .iter()
                 .zip(&evals)
                 .filter(|(c, e)| c.key == counter.key && records(c, e.over, true))
-                .map(|(c, _)| c.hits)
-                .sum();
+                .fold(0u64, |sum, (c, _)| sum.saturating_add(c.hits));
             let series = map
                 .get_mut(&counter.key)
                 .map(|tally| tally.conform(counter, now).series_mut());
@@ -513,7 +350,7 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
         log.trim(now);
     }
     let stored = log.as_deref().map_or(0, |l| l.hits());
-    let count = stored + pending;
+    let count = stored.saturating_add(pending);
     let over = counter.kind != HitKind::Returned
         && (counter.hits > counter.limit || count.saturating_add(counter.hits) > counter.limit);
     let mut reset = 0;
@@ -523,7 +360,7 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
         // request) is reported as the whole window.
         reset = window;
         if counter.hits <= counter.limit {
-            let excess = count + counter.hits - counter.limit;
+            let excess = count.saturating_add(counter.hits) - counter.limit;
             if let Some(at) = log.as_deref().and_then(|l| l.when_dropped(excess)) {
                 reset = at.saturating_sub(now);
             }
@@ -553,8 +390,10 @@ fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> Coun
     .map(Tally::series_mut);
     let mut count = eval.count;
     if let Some(log) = log.as_deref_mut().filter(|_| record) {
-        log.record(eval.now, counter.hits);
-        count += counter.hits;
+        // Past MAX_HELD the oldest hits made room: the counter holds at most that many.
+        count = count
+            .saturating_add(log.record(eval.now, counter.hits))
+            .min(MAX_HELD);
     } else if let Some(log) = log
         .as_deref_mut()
         .filter(|_| counter.kind == HitKind::Returned)
@@ -629,30 +468,6 @@ mod tests {
             precision: Precision::Exact,
             kind: HitKind::Admitted,
         }
-    }
-
-    #[test]
-    fn run_packs_time_and_hits() {
-        let run = Run::new(123_456_789, 4096);
-        assert_eq!((run.at(), run.hits()), (123_456_789, 4096));
-        let run = Run::new(u64::MAX, 1);
-        assert_eq!((run.at(), run.hits()), (MAX_TIME, 1));
-    }
-
-    #[test]
-    fn log_merges_same_microsecond_and_splits_big_requests() {
-        let mut log = Log::new(1_000);
-        log.record(10, 3);
-        log.record(10, 2);
-        assert_eq!(log.runs.len(), 1);
-        log.record(11, 10_000);
-        assert_eq!(log.hits, 10_005);
-        assert_eq!(log.runs.len(), 4); // 5 | 4096 4096 1808
-        assert_eq!(log.when_dropped(5), Some(1_010));
-        assert_eq!(log.when_dropped(6), Some(1_011));
-        assert_eq!(log.when_dropped(10_006), None);
-        log.trim(1_010);
-        assert_eq!(log.hits, 10_000);
     }
 
     #[test]

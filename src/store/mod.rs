@@ -18,7 +18,9 @@
 //!   shadow counter over its limit records nothing: an enforced limit would not have admitted the
 //!   request either, so a shadow counter keeps measuring exactly what enforcing it would do.
 //! - a request that names the same counter twice is decided as one log: the second occurrence
-//!   sees the hits the first would add. What a store reports about a counter follows only from
+//!   sees the hits the first would add. Named in two representations (a rule and a limit override
+//!   on the same entries and window), it is decided in the coarser one for the whole request
+//!   ([`form`]). What a store reports about a counter follows only from
 //!   hits that are recorded: a denied request reports, for every counter, the hits it holds (the
 //!   first's hits were never added), and the Redis deny cache only remembers counters that recorded
 //!   hits fill.
@@ -47,7 +49,9 @@
 //!   decided like admitted hits (over limit when it does not fit, which makes an enforced counter
 //!   deny the request), but recorded whatever the decision, on its own counter, even over the
 //!   limit. The window then holds more than `N`: a debt, which denies every later request of
-//!   that counter, checks included, until enough hits leave the window. A charged counter never
+//!   that counter, checks included, until enough hits leave the window. The whole charge is kept
+//!   (up to [`MAX_HITS`]; a charge too large for a log is recorded in buckets, see [`form`]), so
+//!   the debt denies as long as the whole charge would, also after a reload raises the limit. A charged counter never
 //!   makes the request's other counters record: they follow the decision as above;
 //! - **returned** (Envoy's `is_negative_hits`): the counter's newest hits are taken back, at most
 //!   as many as it holds (never below zero), whatever the decision. A returned counter is never
@@ -68,6 +72,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub mod clock;
+pub mod form;
 pub mod key;
 pub mod memory;
 pub mod redis;
@@ -78,6 +83,7 @@ pub use self::redis::{
     SentinelOptions, connect, redact_url,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use form::{LOG_RECORD_MAX, decided_forms};
 pub use key::CounterKey;
 pub use memory::MemoryStore;
 
@@ -155,6 +161,17 @@ impl fmt::Display for Precision {
 /// stay an exact integer in a Lua double, below 2^53 µs since 1970: true until the year 2155.
 pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
 
+/// The most hits one counter takes from one request: 2^50 (about 10^15, an exact integer in a Lua
+/// double). The limiter counts a larger `hits_addend` as this many, and both stores cap what they
+/// are asked at it, so no sum of hits can wrap.
+pub const MAX_HITS: u64 = 1 << 50;
+
+/// The most hits a counter holds: 2^52. A record that would take a counter past it makes room by
+/// dropping its oldest hits: the counter is over every limit while it holds that many, and keeping
+/// the newest hits keeps it so for as long as the whole debt would. So a counter's total never
+/// wraps, in the memory store's `u64` nor in Redis's `HINCRBY` or Lua's doubles.
+pub const MAX_HELD: u64 = 1 << 52;
+
 /// One sliding-window counter that a request touches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counter {
@@ -210,7 +227,7 @@ pub struct Decision {
 }
 
 /// Why a store could not decide.
-#[derive(Clone, Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     #[error("store call timed out after {0:?}")]
     Timeout(Duration),

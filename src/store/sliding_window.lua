@@ -44,6 +44,7 @@
 --   expired         1 if the deadline had passed: then the reply ends here and nothing was written
 -- then per request:
 --   allowed, then per counter: over, count, reset_after_us, reset1_us, bucket
+--   allowed         1 or 0; 2 if the request failed (see the end): then every counter's are 0
 --   over            1 if this counter cannot take the request's hits
 --   count           hits in the window after the decision
 --   reset_after_us  over: until the request's hits fit (the window if they never can);
@@ -81,8 +82,13 @@ local out = { now, 0 }
 -- fewer. Writing buckets costs at most a field per bucket of the window.
 
 -- The most hits carried into a log at once: what one request may add to logs (`--max-hits`'s
--- default).
+-- default; `LOG_RECORD_MAX` in `store/form.rs`).
 local LOG_CARRY_MAX = 4096
+
+-- The most hits a bucket counter holds (`MAX_HELD` in `store/mod.rs`): past it the oldest make
+-- room, so 't' never overflows `HINCRBY` nor leaves the exact integers of a double (a request
+-- brings at most 2^50 hits per counter, `MAX_HITS`).
+local MAX_HELD = 4503599627370496
 
 -- The hits of `key` as it is stored, a log (`from` 0) or buckets of width `from` whose "now" is
 -- `upto`: a list of {time, hits}, oldest first.
@@ -216,6 +222,16 @@ local function stray(log, reply)
     return true
   end
   return false
+end
+
+-- A cross-slot part writes its counters' provisional logs in pass two: one left in the other
+-- form (its counter expired before it was carried) goes in pass one, so that no write can fail.
+local function provisional_form(log, width)
+  if width == 0 then
+    stray(log, redis.pcall('ZCARD', log))
+  else
+    stray(log, redis.pcall('HLEN', log))
+  end
 end
 
 -- Time at which the k-th oldest hit of `key` leaves the window, or nil if it holds fewer.
@@ -477,15 +493,35 @@ local function decide_buckets(key, log, limit, window, width, hits, pending)
 end
 
 -- Pass two for an admitted bucket counter: adds its hits to the current bucket and the total (and,
--- for a cross-slot part, to that bucket of the provisional hash) and keeps the keys until the
--- current bucket leaves the window. Returns the bucket's index. `at` is the counter's "now", so
--- the current bucket is its newest.
+-- for a cross-slot part, to that bucket of the provisional hash), the oldest making room past
+-- `MAX_HELD` in all, and keeps the keys until the current bucket leaves the window. Returns the
+-- bucket's index and the hits added. `at` is the counter's "now", so the current bucket is its
+-- newest.
 local function record_buckets(key, log, window, width, hits, part, at)
   local span = window / width
   local current = math.floor(at / width)
   local field = bucket_field(current)
+  local total = redis.call('HINCRBY', key, 't', hits)
+  local first = total == hits
+  if total > MAX_HELD then
+    -- The oldest hits make room: the counter stays over every limit while it holds `MAX_HELD`,
+    -- and the newest hits keep it so for the longest.
+    local excess = total - MAX_HELD
+    local oldest = tonumber(redis.call('HGET', key, 'o')) or current
+    buckets_scan(key, math.min(oldest, current), current, function(index, held)
+      local take = math.min(held, excess)
+      if take == held then
+        redis.call('HDEL', key, bucket_field(index))
+      else
+        redis.call('HINCRBY', key, bucket_field(index), -take)
+      end
+      excess = excess - take
+      return excess <= 0
+    end)
+    redis.call('HSET', key, 't', string.format('%d', MAX_HELD))
+  end
   redis.call('HINCRBY', key, field, hits)
-  if redis.call('HINCRBY', key, 't', hits) == hits then
+  if first then
     redis.call('HSET', key, 'o', field, 'n', field, 'w', width)
   elseif redis.call('HGET', key, 'n') ~= field then
     redis.call('HSET', key, 'n', field)
@@ -496,14 +532,18 @@ local function record_buckets(key, log, window, width, hits, part, at)
     redis.call('HINCRBY', log, field, hits)
     redis.call('PEXPIRE', log, ttl)
   end
-  return current
+  return current, hits
 end
 
 -- Returned hits: removes up to `hits` of the newest hits of `key` (trimmed already), never below
 -- zero; returns how many it removed. A bucket counter loses them from its newest buckets (one read
 -- of its at most `span + 1` buckets); 'o' and 'n' may then name an empty bucket, which is read as
--- "at or before the oldest" and "at or after the newest".
-local function take_back(key, width, hits)
+-- "at or before the oldest" and "at or after the newest". In a cluster a bucket counter's
+-- provisional hits (in its provisional hash `log`) are not taken: a denied cross-slot request's
+-- compensation takes them back from their bucket later, and would otherwise take them twice,
+-- the second time from other requests' hits. (A log's compensation removes its own members, so a
+-- returned provisional member only makes it remove less.)
+local function take_back(key, log, width, hits)
   if width == 0 then
     local popped = redis.call('ZPOPMAX', key, hits)
     return #popped / 2
@@ -511,6 +551,15 @@ local function take_back(key, width, hits)
   local total = tonumber(redis.call('HGET', key, 't')) or 0
   if total <= 0 then
     return 0
+  end
+  local provisional = {}
+  if log then
+    local fields = redis.pcall('HGETALL', log)
+    if not stray(log, fields) then
+      for f = 1, #fields, 2 do
+        provisional[tonumber(fields[f])] = tonumber(fields[f + 1])
+      end
+    end
   end
   local fields = redis.call('HGETALL', key)
   local found = {}
@@ -528,13 +577,13 @@ local function take_back(key, width, hits)
     if taken >= hits then
       break
     end
-    local take = math.min(bucket[2], hits - taken)
-    taken = taken + take
+    local take = math.min(bucket[2] - (provisional[bucket[1]] or 0), hits - taken)
     if take == bucket[2] then
       redis.call('HDEL', key, bucket_field(bucket[1]))
-    else
+    elseif take > 0 then
       redis.call('HINCRBY', key, bucket_field(bucket[1]), -take)
     end
+    taken = taken + math.max(take, 0)
   end
   if taken >= total then
     redis.call('DEL', key)
@@ -572,6 +621,9 @@ local function decide(rid, part, n, k0, a0)
     width[i] = tonumber(ARGV[base + 4])
     if width[i] == 0 then
       width[i], at[i] = log_form(key[i], log[i], window[i])
+    end
+    if part and log[i] then
+      provisional_form(log[i], width[i])
     end
 
     if width[i] > 0 then
@@ -625,10 +677,12 @@ local function decide(rid, part, n, k0, a0)
     -- Charged hits are never taken back, so they stay out of the provisional logs.
     local provisional = part and not charged[i]
     if returned[i] and hits[i] > 0 then
-      count[i] = count[i] - take_back(key[i], width[i], hits[i])
+      count[i] = count[i] - take_back(key[i], log[i], width[i], hits[i])
     elseif records and width[i] > 0 then
-      bucket = record_buckets(key[i], log[i], window[i], width[i], hits[i], provisional, at[i])
-      count[i] = count[i] + hits[i]
+      local added_hits
+      bucket, added_hits = record_buckets(key[i], log[i], window[i], width[i], hits[i], provisional,
+        at[i])
+      count[i] = math.min(count[i] + added_hits, MAX_HELD)
     elseif records then
       -- Hits are numbered per key across the request, so a counter named twice gets distinct
       -- members.
@@ -700,11 +754,30 @@ local function decide(rid, part, n, k0, a0)
   end
 end
 
+-- Each request is decided under `pcall`: an error (a key of a type no decision writes, left by
+-- something else under the prefix) fails that request alone, answered `allowed` 2 and zeros, and
+-- the others of the call are decided as usual. Its writes cannot include a recorded hit: pass one
+-- reads every key of the request in a form that raises on a wrong type before pass two writes,
+-- and a request names each counter in one form (`store/form.rs`).
 local a = 4
 local k = 1
 for _ = 1, tonumber(ARGV[1]) do
   local n = tonumber(ARGV[a + 2])
-  decide(ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
+  local mark = #out
+  local ok, err = pcall(decide, ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
+  if not ok then
+    for j = #out, mark + 1, -1 do
+      out[j] = nil
+    end
+    out[#out + 1] = 2
+    for _ = 1, 5 * n do
+      out[#out + 1] = 0
+    end
+    if type(err) == 'table' then
+      err = err.err
+    end
+    redis.log(redis.LOG_WARNING, 'slidegate: a request failed: ' .. tostring(err))
+  end
   a = a + 3 + 5 * n
   if tracked then
     k = k + 2 * n

@@ -13,6 +13,7 @@ mod age;
 mod byte_values;
 mod charges;
 mod eg_translator;
+mod guarantee;
 mod hostile;
 mod reload;
 mod service;

@@ -14,6 +14,7 @@ mod carry;
 mod charges;
 mod clock_steps;
 mod faults;
+mod guarantee;
 mod interleavings;
 mod precision;
 mod redis_health;

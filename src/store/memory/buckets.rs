@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 
 use super::Series;
+use crate::store::MAX_HELD;
 
 /// The buckets of one counter. Times are microseconds on the store's clock.
 #[derive(Debug)]
@@ -77,13 +78,33 @@ impl Series for Buckets {
         self.counts.back().map(|&(index, _)| index * self.width)
     }
 
-    fn record(&mut self, at: u64, hits: u64) {
+    fn record(&mut self, at: u64, hits: u64) -> u64 {
+        let hits = hits.min(MAX_HELD);
+        // Past MAX_HELD the oldest hits make room: the counter stays over every limit while it
+        // holds that many, and the newest hits keep it so for the longest.
+        let mut excess = (self.hits + hits).saturating_sub(MAX_HELD);
+        while excess > 0 {
+            let Some((_, held)) = self.counts.front_mut() else {
+                break;
+            };
+            let take = excess.min(*held);
+            *held -= take;
+            self.hits -= take;
+            excess -= take;
+            if *held == 0 {
+                self.counts.pop_front();
+            }
+        }
+        if hits == 0 {
+            return 0;
+        }
         let index = at / self.width;
         self.hits += hits;
         match self.counts.back_mut() {
             Some((last, count)) if *last == index => *count += hits,
             _ => self.counts.push_back((index, hits)),
         }
+        hits
     }
 
     fn take_back(&mut self, hits: u64) -> u64 {
@@ -107,7 +128,7 @@ impl Series for Buckets {
     fn when_dropped(&self, k: u64) -> Option<u64> {
         let mut seen = 0;
         for &(index, hits) in &self.counts {
-            seen += hits;
+            seen += hits; // at most MAX_HELD in all
             if seen >= k {
                 return Some(self.leaves_at(index));
             }

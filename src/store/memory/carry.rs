@@ -12,11 +12,12 @@
 //! until enough has left.
 
 use super::{Counter, Tally, micros};
-use crate::store::Precision;
+use crate::store::{LOG_RECORD_MAX, Precision};
 
 impl Tally {
     /// This counter in the representation `counter` asks for: as it is when it already has it,
-    /// else rebuilt from its hits (see the module docs), the store's clock showing `now`.
+    /// else rebuilt from its hits (see the module docs), the store's clock showing `now`. Buckets
+    /// holding more than [`LOG_RECORD_MAX`] hits stay buckets where a log is asked for.
     pub(super) fn conform(&mut self, counter: &Counter, now: u64) -> &mut Tally {
         let wanted = match counter.precision {
             Precision::Buckets(width) if !width.is_zero() => Some(micros(width)),
@@ -26,7 +27,10 @@ impl Tally {
             Tally::Log(_) => None,
             Tally::Buckets(buckets) => Some(buckets.width()),
         };
-        if wanted != has {
+        // A counter holding more than a log records at once stays in buckets until it holds
+        // fewer (see `store::form`): carried into a log, a debt would cost an entry per hit.
+        let stays = wanted.is_none() && self.series().hits() > LOG_RECORD_MAX;
+        if wanted != has && !stays {
             let upto = now.max(self.series().newest().unwrap_or(0));
             let mut carried = Tally::new(counter);
             let series = carried.series_mut();

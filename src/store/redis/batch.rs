@@ -222,7 +222,7 @@ pub(super) async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, bat
     match result {
         Ok(replies) => {
             for (answer, reply) in answers.into_iter().zip(replies) {
-                let _ = answer.send(Ok(reply));
+                let _ = answer.send(reply);
             }
         }
         Err(e) => {

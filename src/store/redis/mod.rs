@@ -135,7 +135,7 @@ pub use options::{
 };
 use options::{connection_info, manager_config, tcp_settings, tls_certificates};
 
-use super::{Counter, CounterKey, Decision, HitKind, Store, StoreError};
+use super::{Counter, CounterKey, Decision, HitKind, Store, StoreError, decided_forms};
 
 /// Builds the Redis store the options describe: cluster when seed nodes are given, else standalone.
 /// Fails only on bad options (URL, prefix, CA file); an unreachable Redis is not an error here
@@ -747,7 +747,8 @@ impl Shared {
 impl Store for RedisStore {
     async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
         let deadline = Instant::now() + self.shared.timeout;
-        self.with_timeout(self.decide_inner(counters, deadline))
+        let counters = decided_forms(counters);
+        self.with_timeout(self.decide_inner(&counters, deadline))
             .await
     }
 

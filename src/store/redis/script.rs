@@ -370,9 +370,9 @@ const HEADER: usize = 2;
 pub struct Answer {
     /// The server's `TIME` when the script ran, in microseconds.
     pub now: u64,
-    /// One reply per part, or `None` if the call reached Redis after its deadline and decided
-    /// nothing.
-    pub replies: Option<Vec<Reply>>,
+    /// One reply per part (an error for a part the script failed on alone), or `None` if the
+    /// call reached Redis after its deadline and decided nothing.
+    pub replies: Option<Vec<Result<Reply, StoreError>>>,
 }
 
 /// The header of a reply: the server's `TIME` (microseconds) and whether the call expired.
@@ -423,9 +423,19 @@ pub fn parse(reply: &[u8], parts: &[CallPart<'_>]) -> Result<Answer, StoreError>
     })
 }
 
+/// What the script answers as `allowed` for a request it failed on alone.
+const FAILED: i64 = 2;
+
 /// One part's `{allowed, (over, count, reset_after_us, reset1_us, bucket)*}`, its length already
 /// checked.
-fn parse_one(answer: &[i64], counters: &[Counter]) -> Reply {
+fn parse_one(answer: &[i64], counters: &[Counter]) -> Result<Reply, StoreError> {
+    if answer[0] == FAILED {
+        return Err(StoreError::Backend(
+            "the sliding-window script failed on this request (Redis's log says why); the \
+             other requests of its call were decided"
+                .into(),
+        ));
+    }
     let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
     let counters = answer[1..]
         .chunks_exact(PER_COUNTER)
@@ -445,10 +455,10 @@ fn parse_one(answer: &[i64], counters: &[Counter]) -> Reply {
             }
         })
         .collect();
-    Reply {
+    Ok(Reply {
         allowed: answer[0] == 1,
         counters,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -506,13 +516,17 @@ mod tests {
         };
         let packed =
             |values: &[i64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
-        let decided = |values: &[i64], n: usize| -> Vec<Reply> {
+        let answered = |values: &[i64], n: usize| -> Vec<Result<Reply, StoreError>> {
             let mut all = vec![1_800_000_000_000_000, 0];
             all.extend_from_slice(values);
             let parts: Vec<CallPart<'_>> = (0..n).map(|_| part("a")).collect();
             let answer = parse(&packed(&all), &parts).expect("parse");
             assert_eq!(answer.now, 1_800_000_000_000_000);
             answer.replies.expect("decided")
+        };
+        let decided = |values: &[i64], n: usize| -> Vec<Reply> {
+            let replies: Result<Vec<Reply>, StoreError> = answered(values, n).into_iter().collect();
+            replies.expect("every request decided")
         };
         let replies = decided(&[0, 1, 5, 300, 250, -1], 1);
         assert!(!replies[0].allowed);
@@ -528,6 +542,13 @@ mod tests {
         assert_eq!(replies[0].counters[0].one_hit_fits_in, None);
         assert!(replies[1].allowed && replies[1].counters[0].result.remaining == 3);
         assert_eq!(replies[1].counters[0].bucket, Some(1_200_000));
+        // A request the script failed on alone: an error for it, the other one decided.
+        let replies = answered(&[2, 0, 0, 0, 0, 0, 1, 0, 2, 0, -1, -1], 2);
+        assert!(
+            matches!(replies[0], Err(StoreError::Backend(_))),
+            "{replies:?}"
+        );
+        assert!(replies[1].as_ref().is_ok_and(|r| r.allowed));
         let expired = parse(&packed(&[7, 1]), &[part("a"), part("b")]).expect("expired");
         assert_eq!(
             expired,
