@@ -21,5 +21,6 @@ mod redis_health;
 mod reshard;
 mod script_health;
 mod sentinel;
+mod stale;
 mod store;
 mod take_back;

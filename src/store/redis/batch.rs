@@ -172,7 +172,14 @@ pub(super) async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, bat
     );
     let mut conn = lane.conn.clone();
     let sent = Instant::now();
-    let mut call = std::pin::pin!(script::run(&mut conn, &shared.dialect, &cmd));
+    let mut call = std::pin::pin!(async {
+        match script::run(&mut conn, &shared.dialect, &cmd).await {
+            // Refused while connecting: the call never reached Redis, and the manager connects
+            // again as it fails. A script that may have run is never sent twice.
+            Err(e) if never_sent(&e) => script::run(&mut conn, &shared.dialect, &cmd).await,
+            other => other,
+        }
+    });
     let Ok(reply) = tokio::time::timeout(shared.timeout, call.as_mut()).await else {
         // By the timeout every caller of the batch has given up (each one's own timeout started
         // before the call was sent): answer them now, or a frozen Redis would hold every request
@@ -231,6 +238,14 @@ pub(super) async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, bat
             }
         }
     }
+}
+
+/// Whether a failed call provably never reached Redis, so that sending it again cannot count
+/// anything twice: the connection was refused (a restarted server was down when the connection
+/// manager last tried to connect; the call waited for that attempt and was never written). A
+/// broken pipe or a reset is not: the call may have been written, and run, before it broke.
+pub(super) fn never_sent(e: &::redis::RedisError) -> bool {
+    e.is_connection_refusal()
 }
 
 /// The `slidegate_redis_calls_total` result of a failed call.

@@ -133,7 +133,7 @@ pub use options::{
     ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_MAX_CALL_HITS, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
     RedisOptions,
 };
-use options::{connection_info, manager_config, tcp_settings, tls_certificates};
+use options::{connection_info, manager_config, resp3, tcp_settings, tls_certificates};
 
 use super::{Counter, CounterKey, Decision, HitKind, Store, StoreError, decided_forms};
 
@@ -236,7 +236,7 @@ impl RedisStore {
             _ => "cluster".to_string(),
         };
         let conn = if opts.cluster_nodes.is_empty() {
-            let info = infos.remove(0);
+            let info = resp3(infos.remove(0));
             let client = match certs {
                 Some(certs) => ::redis::Client::build_with_tls(info, certs),
                 None => ::redis::Client::open(info),

@@ -178,7 +178,8 @@ impl NodeHealth {
             let mut conn = conn;
             let mut cmd = ::redis::cmd("CONFIG");
             cmd.arg("GET").arg("maxmemory-policy");
-            let query = cmd.query_async::<Vec<String>>(&mut conn);
+            // A map in RESP3, pairs in RESP2: both read as one.
+            let query = cmd.query_async::<std::collections::HashMap<String, String>>(&mut conn);
             let reply = match tokio::time::timeout(timeout, query).await {
                 Ok(Ok(reply)) => reply,
                 Ok(Err(e)) => {
@@ -191,7 +192,7 @@ impl NodeHealth {
                 }
                 Err(_) => return,
             };
-            if let Some(policy) = reply.get(1)
+            if let Some(policy) = reply.get("maxmemory-policy")
                 && !SAFE_POLICIES.contains(&policy.as_str())
             {
                 tracing::warn!(

@@ -44,7 +44,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use prometheus::IntCounter;
 
-use super::{Redactor, StoreError, connection_info, tcp_settings};
+use super::{Redactor, StoreError, connection_info, resp3, tcp_settings};
 
 /// Longest one lookup of the primary may take (connecting to a sentinel, asking it, connecting
 /// to the primary it names and asking `ROLE`); also the bound of the startup check.
@@ -308,9 +308,10 @@ fn primary_of(client: Client) -> (String, Client) {
     let info = client.get_connection_info().clone();
     let addr = info.addr().to_string();
     let redis = info.redis_settings().clone().set_skip_set_lib_name();
-    let info = info
-        .set_tcp_settings(tcp_settings())
-        .set_redis_settings(redis);
+    let info = resp3(
+        info.set_tcp_settings(tcp_settings())
+            .set_redis_settings(redis),
+    );
     // Opening a client from a parsed ConnectionInfo only checks that TLS is compiled in, which
     // the one we were given already passed.
     (addr, Client::open(info).unwrap_or(client))
