@@ -21,6 +21,7 @@ pub mod service;
 pub mod settings;
 pub mod store;
 pub mod telemetry;
+pub mod throttle;
 
 /// Working space that lives for one request: a request has one to a few descriptors and
 /// counters, so these stay on the stack, where a heap allocation each would cost more than the

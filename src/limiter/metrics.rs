@@ -13,6 +13,7 @@ use prometheus::{Histogram, IntCounter, IntCounterVec};
 
 use crate::config::RuleSet;
 use crate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE, bounded_label};
+use crate::store::StoreError;
 
 /// The outcome of one descriptor, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,7 +131,7 @@ impl DecisionMetrics {
         )?;
         let store_errors = metrics.counter_vec(
             "slidegate_store_errors_total",
-            "Failed store decisions by kind (timeout, connection, oom, backend).",
+            "Failed store decisions by kind (timeout, connection, oom, backend, incompatible, auth).",
             &["kind"],
         )?;
         let failure_mode = metrics.counter_vec(
@@ -151,7 +152,7 @@ impl DecisionMetrics {
             "Decisions counted under rule=\"overflow\" because the cap of distinct (domain, rule) \
              pairs was reached.",
         )?;
-        for kind in ["timeout", "connection", "oom", "backend"] {
+        for kind in StoreError::KINDS {
             store_errors.with_label_values(&[kind]);
         }
         for mode in ["error", "allow", "deny"] {

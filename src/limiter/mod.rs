@@ -54,6 +54,7 @@ use crate::Scratch;
 use crate::config::{LiveRules, RuleSet};
 use crate::store::key::CounterTag;
 use crate::store::{Counter, CounterResult, FailureMode, HitKind, Store, StoreError};
+use crate::throttle::Throttle;
 
 pub use metrics::{DecisionLabel, DecisionMetrics, RuleCounters};
 pub use observer::Observer;
@@ -311,7 +312,19 @@ impl RateLimiter {
         let mode = self.options.failure_mode;
         self.metrics.store_error(error.kind());
         self.metrics.failure_mode(mode.as_str());
-        tracing::debug!(%error, failure_mode = %mode, "store decision failed");
+        // One line per kind every few seconds: a store that fails under load would otherwise
+        // write one per request.
+        static FAILED: [Throttle; StoreError::KINDS.len()] =
+            [const { Throttle::new() }; StoreError::KINDS.len()];
+        if let Some(left_out) = FAILED[error.index()].admit() {
+            tracing::warn!(
+                kind = error.kind(),
+                %error,
+                failure_mode = %mode,
+                left_out,
+                "store call failed; the failure mode answered"
+            );
+        }
         if mode == FailureMode::Error {
             return Err(LimitError::Unavailable(error));
         }

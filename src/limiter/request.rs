@@ -109,8 +109,10 @@ pub enum LimitError {
     /// The request is malformed (gRPC `INVALID_ARGUMENT`, HTTP 400).
     #[error("{0}")]
     InvalidArgument(String),
-    /// The store failed and the failure mode is `error` (gRPC `UNAVAILABLE`, HTTP 503).
-    #[error("rate-limit store unavailable: {0}")]
+    /// The store failed and the failure mode is `error` (gRPC `UNAVAILABLE`, HTTP 503). Shown to
+    /// clients without the store's error, which names nodes and internals: that goes to the log
+    /// and the metrics.
+    #[error("rate-limit store unavailable")]
     Unavailable(StoreError),
 }
 

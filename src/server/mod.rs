@@ -34,15 +34,14 @@ mod http_port;
 pub mod limits;
 pub mod metrics;
 pub mod socket;
-mod throttle;
 pub mod tls;
 
+use crate::throttle::Throttle;
 use flood::Metered;
 use grpc_port::{GrpcApp, Serving};
 use limits::{Admission, ServerLimits, Ticket};
 use metrics::ServerMetrics;
 use socket::{Bound, Conn, Io, Peer};
-use throttle::Throttle;
 use tls::{Listener, Tls};
 
 /// What every worker serves: the gRPC services, the HTTP app and the operator listener's app.

@@ -51,6 +51,8 @@ enum Condition {
     /// The store is unreachable and health ignores it.
     OutageIgnored,
     Incompatible,
+    /// The store refuses the credentials.
+    Auth,
     /// The store can decide, but a control plane's first rules are not in.
     NoRules,
 }
@@ -165,6 +167,7 @@ impl Health {
         };
         let condition = match &store {
             Err(StoreError::Incompatible(_)) => Condition::Incompatible,
+            Err(StoreError::Auth(_)) => Condition::Auth,
             Err(_) if self.ignore_outage.load(Ordering::SeqCst) => Condition::OutageIgnored,
             Err(_) => Condition::Outage,
             Ok(()) if !rules_in => Condition::NoRules,
@@ -181,6 +184,12 @@ impl Health {
                     store = kind,
                     %error,
                     "store answers but cannot run the rate-limit script: not serving"
+                ),
+                Condition::Auth => tracing::error!(
+                    store = kind,
+                    %error,
+                    "store refuses slidegate's credentials (check the password and user in \
+                     --redis-url): not serving"
                 ),
                 Condition::OutageIgnored => tracing::warn!(
                     store = kind,

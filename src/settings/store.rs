@@ -31,10 +31,15 @@ pub enum OpenError {
 pub struct StoreSettings {
     /// Redis server, `redis://[user:pass@]host:port[/db]` or `rediss://` for TLS. Without it (and
     /// without --redis-cluster or --redis-sentinel) counters live in this process's memory.
-    #[arg(long, env = "SLIDEGATE_REDIS_URL")]
+    #[arg(long, env = "SLIDEGATE_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
     /// Redis Cluster seed nodes, comma-separated URLs; selects the cluster store.
-    #[arg(long, env = "SLIDEGATE_REDIS_CLUSTER", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SLIDEGATE_REDIS_CLUSTER",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub redis_cluster: Vec<String>,
     /// Redis Sentinel: comma-separated sentinels, `HOST:PORT` (or `rediss://HOST:PORT` for TLS,
     /// with --redis-tls-ca-file and the client certificate as for Redis). The store uses the
@@ -45,6 +50,7 @@ pub struct StoreSettings {
         long,
         env = "SLIDEGATE_REDIS_SENTINEL",
         value_delimiter = ',',
+        hide_env_values = true,
         conflicts_with = "redis_cluster",
         requires = "redis_sentinel_master"
     )]
@@ -165,9 +171,10 @@ impl StoreSettings {
                     source,
                 },
             })?;
-        // An incompatible store is logged at `error` by the store itself and by health.
+        // An incompatible store, or one that refuses the credentials, is logged at `error` by
+        // health.
         if let Err(error) = store.ping().await
-            && !matches!(error, StoreError::Incompatible(_))
+            && !error.is_configuration()
         {
             tracing::warn!(target: LOG_TARGET, %error, store = store.kind(), "Redis does not answer yet");
         }

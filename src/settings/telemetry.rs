@@ -7,7 +7,7 @@ pub struct TelemetrySettings {
     /// OpenTelemetry collector to send traces to, one span per decision (docs/traces.md):
     /// `http://HOST:4317` for gRPC, `http://HOST:4318` for HTTP (a URL without a path gets
     /// `/v1/traces`). Without it no span is made at all.
-    #[arg(long, env = "SLIDEGATE_OTLP_ENDPOINT")]
+    #[arg(long, env = "SLIDEGATE_OTLP_ENDPOINT", hide_env_values = true)]
     pub otlp_endpoint: Option<String>,
     /// OTLP transport: `grpc`, or `http` (protobuf bodies).
     #[arg(long, env = "SLIDEGATE_OTLP_PROTOCOL", default_value = "grpc")]

@@ -243,19 +243,45 @@ pub enum StoreError {
     /// outage.
     #[error("store cannot run the rate-limit script: {0}")]
     Incompatible(String),
+    /// The store refused the credentials (a wrong or missing password, an unknown user): a
+    /// configuration error, permanent until the settings or the server change.
+    #[error("store refused the credentials: {0}")]
+    Auth(String),
 }
 
 impl StoreError {
+    /// Every [`StoreError::kind`], in the order of [`StoreError::index`].
+    pub const KINDS: [&'static str; 6] = [
+        "timeout",
+        "connection",
+        "oom",
+        "backend",
+        "incompatible",
+        "auth",
+    ];
+
     /// A short, stable label for metrics (`timeout`, `connection`, `oom`, `backend`,
-    /// `incompatible`).
+    /// `incompatible`, `auth`).
     pub fn kind(&self) -> &'static str {
+        StoreError::KINDS[self.index()]
+    }
+
+    /// The position of this error's kind in [`StoreError::KINDS`].
+    pub fn index(&self) -> usize {
         match self {
-            StoreError::Timeout(_) => "timeout",
-            StoreError::Connection(_) => "connection",
-            StoreError::OutOfMemory(_) => "oom",
-            StoreError::Backend(_) => "backend",
-            StoreError::Incompatible(_) => "incompatible",
+            StoreError::Timeout(_) => 0,
+            StoreError::Connection(_) => 1,
+            StoreError::OutOfMemory(_) => 2,
+            StoreError::Backend(_) => 3,
+            StoreError::Incompatible(_) => 4,
+            StoreError::Auth(_) => 5,
         }
+    }
+
+    /// A configuration error (the server cannot run the script, or refuses the credentials):
+    /// permanent until the settings or the server change, unlike an outage.
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, StoreError::Incompatible(_) | StoreError::Auth(_))
     }
 }
 

@@ -1307,8 +1307,13 @@ async fn sigterm_lets_in_flight_calls_finish() {
     // The call got its answer (the store timed out: UNAVAILABLE), not a dropped connection.
     let status = answer.expect_err("the store timed out");
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-    assert!(status.message().contains("timed out"), "{status:?}");
+    assert_eq!(status.message(), "rate-limit store unavailable");
     assert!(started.elapsed() >= Duration::from_millis(1400));
+    assert!(
+        server.log().contains("kind=\"timeout\""),
+        "{}",
+        server.log()
+    );
     server.expect_clean_exit(Duration::from_secs(10));
 }
 

@@ -14,3 +14,4 @@ mod docs;
 mod image;
 mod kubernetes;
 mod layers;
+mod secrets;

@@ -9,6 +9,7 @@ mod restartable_redis;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod auth;
 mod bucket_cost;
 mod carry;
 mod charges;

@@ -140,11 +140,14 @@ async fn a_redis_that_cannot_run_the_script_is_not_serving_under_every_setting()
         assert_eq!(healthcheck(server), 503, "{}", server.log());
         let status = call(server, "exact", "a").await.expect_err("decided");
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert_eq!(status.message(), "rate-limit store unavailable");
+        let (_, metrics) = server.get("/metrics");
         assert!(
-            status
-                .message()
-                .contains("cannot run the rate-limit script"),
-            "{status:?}"
+            metric_value(
+                &metrics,
+                r#"slidegate_store_errors_total{kind="incompatible"}"#
+            ) >= 1.0,
+            "{metrics}"
         );
     }
     for _ in 0..5 {

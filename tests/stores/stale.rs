@@ -2,12 +2,14 @@
 //! `redis-server`, after Redis closes idle connections (`timeout 1`, as managed services, NAT
 //! gateways and load balancers do) and after a `kill -9` and a restart on the same port, every
 //! call is answered, and a burst of concurrent calls on one counter (batched into script calls)
-//! counts each admitted hit exactly once.
+//! counts each admitted hit exactly once. The same for a Redis Cluster and a Sentinel's primary
+//! closing idle connections.
 
 use std::time::Duration;
 
 use crate::restartable_redis::RestartableRedis;
-use crate::support::{Slidegate, wait_until};
+use crate::support::sentinel::{MASTER, SentinelSet};
+use crate::support::{RedisCluster, Slidegate, wait_until};
 
 const RULES: &str = r#"
 domain: stale
@@ -109,4 +111,63 @@ async fn a_restarted_redis_fails_no_call_once_health_is_back() {
         );
         assert_eq!(held(&server, &value).await, 24, "round {round}");
     }
+}
+
+/// Bursts of calls separated by idle pauses longer than the servers' `timeout` (1 s): every call
+/// answered 200, and the counter holding exactly the admitted hits.
+async fn bursts_survive_idle_closes(server: &Slidegate, what: &str) {
+    assert!(wait_until(Duration::from_secs(10), || server
+        .get("/healthcheck")
+        .0
+        == 200));
+    let mut admitted = 0;
+    for round in 0..3 {
+        let statuses = burst(server, "idle", 24).await;
+        assert!(
+            statuses.iter().all(|&s| s == 200),
+            "{what}, round {round}: {statuses:?}\n{}",
+            server.log()
+        );
+        admitted += statuses.len() as u64;
+        assert_eq!(
+            held(server, "idle").await,
+            admitted,
+            "{what}, round {round}"
+        );
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_closed_by_a_cluster_fail_no_call() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "timeout", "1"]);
+    }
+    let rules = rules();
+    let nodes = cluster.urls().join(",");
+    let server = Slidegate::start(rules.path(), &["--redis-cluster", &nodes]);
+    bursts_survive_idle_closes(&server, "cluster").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_closed_by_a_sentinel_primary_fail_no_call() {
+    let Some(set) = SentinelSet::start() else {
+        return;
+    };
+    if let Some(primary) = &set.primary {
+        primary.cli(&["CONFIG", "SET", "timeout", "1"]);
+    }
+    let rules = rules();
+    let sentinels = set.addrs();
+    let args = [
+        "--redis-sentinel",
+        &sentinels,
+        "--redis-sentinel-master",
+        MASTER,
+    ];
+    let server = Slidegate::start(rules.path(), &args);
+    bursts_survive_idle_closes(&server, "sentinel").await;
 }

@@ -26,8 +26,8 @@ pub mod material;
 pub mod rotate;
 
 use super::socket::{Io, Peer};
-use super::throttle::Throttle;
 use crate::server::metrics::ServerMetrics;
+use crate::throttle::Throttle;
 pub use material::{Material, TlsError, TlsFiles};
 
 /// Which listener a connection came to: whether it is TLS, its ALPN protocols and the metrics'

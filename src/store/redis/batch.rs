@@ -256,5 +256,6 @@ pub(super) fn call_result(e: &StoreError) -> CallResult {
         StoreError::OutOfMemory(_) => CallResult::Oom,
         StoreError::Backend(_) => CallResult::Backend,
         StoreError::Incompatible(_) => CallResult::Incompatible,
+        StoreError::Auth(_) => CallResult::Auth,
     }
 }

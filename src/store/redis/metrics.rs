@@ -20,10 +20,12 @@ pub enum CallResult {
     Backend,
     /// Redis answered but cannot run the script (see `StoreError::Incompatible`).
     Incompatible,
+    /// Redis refused the credentials (see `StoreError::Auth`).
+    Auth,
 }
 
 impl CallResult {
-    const ALL: [CallResult; 7] = [
+    const ALL: [CallResult; 8] = [
         CallResult::Ok,
         CallResult::Expired,
         CallResult::Timeout,
@@ -31,6 +33,7 @@ impl CallResult {
         CallResult::Oom,
         CallResult::Backend,
         CallResult::Incompatible,
+        CallResult::Auth,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +45,7 @@ impl CallResult {
             CallResult::Oom => "oom",
             CallResult::Backend => "backend",
             CallResult::Incompatible => "incompatible",
+            CallResult::Auth => "auth",
         }
     }
 }
@@ -51,7 +55,7 @@ impl CallResult {
 #[derive(Clone, Debug)]
 pub struct RedisMetrics {
     call_duration: Histogram,
-    calls: [IntCounter; 7],
+    calls: [IntCounter; 8],
     deadline_expired: IntCounter,
     late_recorded: IntCounter,
     incompatible: IntCounter,

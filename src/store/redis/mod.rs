@@ -651,6 +651,18 @@ fn cannot_run_script(e: &RedisError) -> bool {
     .any(|needle| text.contains(needle))
 }
 
+/// Whether `e` is Redis refusing the credentials: a wrong password or user (`WRONGPASS`, or an
+/// authentication failure while connecting), or none where one is needed (`NOAUTH`; over RESP2,
+/// Redis answers a command sent without one with a protocol error about an unauthenticated
+/// request).
+fn refused_credentials(e: &RedisError, text: &str) -> bool {
+    e.kind() == ::redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+        || text.contains("NOAUTH")
+        || text.contains("WRONGPASS")
+        || text.contains("unauthenticated")
+}
+
 /// Whether `e` means the connection could not be made or is gone (rather than an answer).
 fn connection_lost(e: &RedisError) -> bool {
     e.is_io_error()
@@ -670,6 +682,8 @@ impl Shared {
             // script ...: -OOM command not allowed ...`); it comes before the script's first
             // write, so nothing was recorded, as with Redis 7's refusal before the script runs.
             StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
+        } else if refused_credentials(&e, &text) {
+            StoreError::Auth(format!("{}: {text}", self.endpoint))
         } else if connection_lost(&e) {
             StoreError::Connection(format!("{}: {text}", self.endpoint))
         } else if cannot_run_script(&e) {
@@ -692,6 +706,7 @@ impl Shared {
                         self.metrics.incompatible();
                         self.node.incompatible(text);
                     }
+                    Err(StoreError::Auth(_)) => self.node.unreachable(),
                     _ => {}
                 }
                 if self.node.answered() {

@@ -109,17 +109,19 @@ pub struct ClientCertFiles {
     pub key: PathBuf,
 }
 
-/// How each thread's [`ConnectionManager`] connects and retries: three attempts 10 and 20 ms
-/// apart, then the next call starts three more. A call that arrives while the manager connects
-/// waits for it, so the pauses stay well inside a call's deadline: a Redis back after a restart is
-/// used by the next call, not after a backoff of redis-rs's default (100 ms, doubling).
+/// How each thread's [`ConnectionManager`] connects: two attempts 10 ms apart, not redis-rs's
+/// seven with a backoff from 100 ms, doubling. A call that arrives while the manager connects waits
+/// for it, so a long backoff turns every error into a timeout of the call's deadline (a refused
+/// password read as "timed out after 50ms") and keeps a restarted Redis unused for its length.
+/// Calls drive the reconnects instead: a call that finds the connection failed starts the next
+/// attempts, and one refused while connecting is sent once more (`batch::never_sent`).
 pub(super) fn manager_config(opts: &RedisOptions) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(opts.timeout.max(Duration::from_secs(1))))
         .set_response_timeout(None)
-        .set_number_of_retries(2)
+        .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(10))
 }
 
 /// The CA and client certificate files read into what redis-rs takes, or `None` when neither is

@@ -1,9 +1,9 @@
-//! Warnings that a client can cause, aggregated: at most one line per [`INTERVAL`] per kind,
-//! saying how many were left out.
+//! Warnings that a client or a failing store can cause, aggregated: at most one line per
+//! [`INTERVAL`] per kind, saying how many were left out.
 //!
 //! Why: a client that connects and resets thousands of times, or floods control frames on many
-//! connections, would otherwise write one log line each, and the log is what operators read to
-//! find real failures.
+//! connections, or a store that fails every call under load, would otherwise write one log line
+//! each, and the log is what operators read to find real failures.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
