@@ -197,7 +197,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let connections = usize::from(server.workers) + 1;
     let redis_metrics = RedisMetrics::new(&metrics);
     let store = (settings.store)
-        .open(connections, requests.max_hits, |opts| {
+        .open(connections, requests.max_hits, &metrics, |opts| {
             if let Some(sentinel) = &mut opts.sentinel {
                 sentinel.failovers = redis_metrics.failovers();
             }

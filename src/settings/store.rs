@@ -5,10 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LOG_TARGET, spelled};
+use crate::metrics::Metrics;
+use crate::store::memory::{MemoryBudget, default_max_bytes};
 use crate::store::{
     ClientCertFiles, DEFAULT_DENY_CACHE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, MemoryStore,
     RedisOptions, SentinelOptions, Store, StoreError, SystemClock, connect, redact_url,
 };
+
+/// A size such as `64MiB`, `1GB` or `1048576` (bytes).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|e| format!("{e} (a size such as 64MiB, 1GB or 1048576)"))
+}
 
 /// How often the memory store drops the counters whose windows have passed.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
@@ -98,6 +108,11 @@ pub struct StoreSettings {
     /// it off.
     #[arg(long, env = "SLIDEGATE_REDIS_DENY_CACHE", default_value_t = DEFAULT_DENY_CACHE)]
     pub redis_deny_cache: usize,
+    /// Most memory the embedded store holds (keys, logs, buckets), e.g. `64MiB` or `1GB`; at it, a
+    /// request that would create a counter is decided over limit, and existing counters decide as
+    /// before. Default: half the container's memory limit (cgroup v2 `memory.max`), else 256 MiB.
+    #[arg(long, env = "SLIDEGATE_MEMORY_MAX_BYTES", value_parser = parse_bytes)]
+    pub memory_max_bytes: Option<u64>,
     /// Keep health (`/healthcheck`, gRPC health) SERVING while the store is unreachable, as
     /// envoyproxy/ratelimit does: for liveness probes that would restart every replica during a
     /// Redis outage. A store that answers but cannot run the script is NOT_SERVING either way.
@@ -154,10 +169,17 @@ impl StoreSettings {
         &self,
         connections: usize,
         max_call_hits: u64,
+        metrics: &Metrics,
         registered: impl FnOnce(&mut RedisOptions),
     ) -> Result<Arc<dyn Store>, OpenError> {
         let Some(mut opts) = self.redis_options(connections, max_call_hits) else {
-            let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
+            let max_bytes = self.memory_max_bytes.unwrap_or_else(default_max_bytes);
+            let budget = MemoryBudget::new(max_bytes, metrics).map_err(|e| OpenError::Invalid {
+                options: "--memory-max-bytes".into(),
+                source: StoreError::Backend(e.to_string()),
+            })?;
+            tracing::info!(target: LOG_TARGET, max_bytes, "memory store budget");
+            let store = Arc::new(MemoryStore::with_budget(Arc::new(SystemClock), budget));
             store.spawn_sweeper(SWEEP_INTERVAL);
             return Ok(store);
         };

@@ -52,9 +52,11 @@ use super::{
 };
 use crate::Scratch;
 use buckets::Buckets;
+pub use budget::{MemoryBudget, default_max_bytes};
 use log::Log;
 
 mod buckets;
+pub mod budget;
 mod carry;
 mod log;
 
@@ -142,6 +144,8 @@ pub struct MemoryStore {
     next_sweep: AtomicU64,
     /// The shard that sweep takes; locked only by the decision that runs it.
     sweep_cursor: Mutex<usize>,
+    /// The bytes held and the most allowed ([`budget`]).
+    budget: MemoryBudget,
 }
 
 /// A snapshot of what a [`MemoryStore`] holds.
@@ -161,6 +165,8 @@ pub struct MemoryStats {
 /// What pass one found for one counter.
 struct Eval {
     over: bool,
+    /// Over limit because the store is at its budget and the counter does not exist yet.
+    refused: bool,
     /// Hits in the window before this request (plus earlier same-key counters of the request).
     count: u64,
     /// Hits in the window before this request: what a denied request reports, since it records
@@ -175,6 +181,11 @@ struct Eval {
 impl MemoryStore {
     /// An empty store reading time from `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
+        MemoryStore::with_budget(clock, MemoryBudget::unlimited())
+    }
+
+    /// An empty store reading time from `clock`, holding at most what `budget` allows.
+    pub fn with_budget(clock: Arc<dyn Clock>, budget: MemoryBudget) -> MemoryStore {
         let epoch = micros(clock.now());
         MemoryStore {
             clock,
@@ -184,6 +195,7 @@ impl MemoryStore {
             decisions: AtomicU64::new(0),
             next_sweep: AtomicU64::new(SWEEP_EVERY),
             sweep_cursor: Mutex::new(0),
+            budget,
         }
     }
 
@@ -204,19 +216,37 @@ impl MemoryStore {
             .map(|s| order.partition_point(|o| o < s))
             .collect();
 
+        // What the touched counters and the locked maps held before, for the budget (a counter
+        // named twice is measured at its first naming and its last).
+        let slots_before: usize = guards.iter().map(|map| map.capacity()).sum();
+        let mut bytes_before = 0usize;
+        let mut refused = false;
         let mut evals: Scratch<Eval> = Scratch::with_capacity(counters.len());
         for (i, counter) in counters.iter().enumerate() {
             let map = &mut guards[guard_of[i]];
+            let first = !counters[..i].iter().any(|c| c.key == counter.key);
             let pending: u64 = counters[..i]
                 .iter()
                 .zip(&evals)
                 .filter(|(c, e)| c.key == counter.key && records(c, e.over, true))
                 .fold(0u64, |sum, (c, _)| sum.saturating_add(c.hits));
-            let series = map
-                .get_mut(&counter.key)
-                .map(|tally| tally.conform(counter, now).series_mut());
-            let eval = evaluate(series, counter, now, pending);
+            let series = map.get_mut(&counter.key).map(|tally| {
+                if first {
+                    bytes_before += counter_bytes(&counter.key, tally.series());
+                }
+                tally.conform(counter, now).series_mut()
+            });
+            // At the budget, a counter that would be created is over limit (see `budget`).
+            let creates = series.is_none() && counter.hits > 0 && counter.kind != HitKind::Returned;
+            let mut eval = evaluate(series, counter, now, pending);
+            if creates && !self.budget.has_room() {
+                (eval.over, eval.refused, eval.reset) = (true, true, micros(counter.window));
+                refused = true;
+            }
             evals.push(eval);
+        }
+        if refused {
+            self.budget.refused.inc();
         }
         let allowed = !counters
             .iter()
@@ -228,16 +258,26 @@ impl MemoryStore {
             }
         }
 
+        let mut bytes_after = 0usize;
         let results = counters
             .iter()
             .zip(&evals)
             .enumerate()
             .map(|(i, (counter, eval))| {
-                let record = counter.hits > 0 && records(counter, eval.over, allowed);
-                settle(&mut guards[guard_of[i]], counter, eval, record)
+                let record =
+                    counter.hits > 0 && !eval.refused && records(counter, eval.over, allowed);
+                let (result, bytes) = settle(&mut guards[guard_of[i]], counter, eval, record);
+                if !counters[i + 1..].iter().any(|c| c.key == counter.key) {
+                    bytes_after += bytes;
+                }
+                result
             })
             .collect();
+        let slots_after: usize = guards.iter().map(|map| map.capacity()).sum();
         drop(guards);
+        self.budget.adjust(
+            signed(bytes_after + slots_after * SLOT) - signed(bytes_before + slots_before * SLOT),
+        );
 
         let n = self.decisions.fetch_add(1, Ordering::Relaxed) + 1;
         if n >= self.next_sweep.load(Ordering::Relaxed) {
@@ -277,21 +317,23 @@ impl MemoryStore {
 
     /// Counts what the store holds (locks each shard in turn).
     pub fn stats(&self) -> MemoryStats {
-        let slot = std::mem::size_of::<(CounterKey, Tally)>() + 1;
         let mut stats = MemoryStats::default();
         for shard in self.shards.iter() {
             let map = shard.lock();
             stats.counters += map.len();
-            stats.heap_bytes += map.capacity() * slot;
-            for (key, tally) in map.iter() {
+            stats.heap_bytes += shard_bytes(&map);
+            for tally in map.values() {
                 let log = tally.series();
                 stats.hits += log.hits();
                 stats.runs += log.entries();
-                // An `Arc<str>` allocates two counters and the bytes.
-                stats.heap_bytes += key.as_str().len() + 16 + log.heap_bytes();
             }
         }
         stats
+    }
+
+    /// The bytes held as the budget accounts them (equal to [`MemoryStats::heap_bytes`]).
+    pub fn held_bytes(&self) -> u64 {
+        self.budget.held_bytes()
     }
 
     /// The incremental sweep of decision `n`: sweeps the next shard in turn, and schedules the
@@ -314,6 +356,8 @@ impl MemoryStore {
     fn sweep_shard(&self, shard: usize) -> usize {
         let now = micros(self.clock.now()).saturating_sub(self.epoch);
         let mut map = self.shards[shard].lock();
+        // Counted again from scratch: what the sweep frees, and any drift of the accounting.
+        let before = shard_bytes(&map);
         map.retain(|_, tally| {
             let log = tally.series_mut();
             log.trim(now);
@@ -323,6 +367,8 @@ impl MemoryStore {
         if map.capacity() > 4 * map.len() + 16 {
             map.shrink_to_fit();
         }
+        self.budget
+            .adjust(signed(shard_bytes(&map)) - signed(before));
         map.len()
     }
 
@@ -368,6 +414,7 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
     }
     Eval {
         over,
+        refused: false,
         count,
         held: stored,
         now,
@@ -377,8 +424,9 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
 
 /// Pass two for one counter: records the hits if the request was admitted, finds when the oldest
 /// hit leaves the window, and drops a log left empty. One map lookup: a counter that records is
-/// looked up through `entry` (which creates it), any other through `get_mut`.
-fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> CounterResult {
+/// looked up through `entry` (which creates it), any other through `get_mut`. Also returns the
+/// bytes the counter holds afterwards ([`counter_bytes`], 0 when it is gone).
+fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> (CounterResult, usize) {
     let mut log = if record {
         Some(
             map.entry(counter.key.clone())
@@ -406,15 +454,43 @@ fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> Coun
         let leaves = log.as_deref().and_then(|l| l.oldest_leaves_at());
         leaves.map_or(0, |at| at.saturating_sub(eval.now))
     };
-    if log.is_some_and(|l| l.is_empty()) {
-        map.remove(&counter.key);
-    }
-    CounterResult {
+    let bytes = match log {
+        Some(l) if l.is_empty() => {
+            map.remove(&counter.key);
+            0
+        }
+        Some(l) => counter_bytes(&counter.key, l),
+        None => 0,
+    };
+    let result = CounterResult {
         over_limit: eval.over,
         count,
         remaining: counter.limit.saturating_sub(count),
         reset_after: Duration::from_micros(reset),
-    }
+    };
+    (result, bytes)
+}
+
+/// A map slot: a key and its tally, plus hashbrown's control byte.
+const SLOT: usize = std::mem::size_of::<(CounterKey, Tally)>() + 1;
+
+/// The bytes a counter holds besides its map slot: its key (an `Arc<str>` allocates two counts
+/// and the bytes) and its ring of runs or buckets.
+fn counter_bytes(key: &CounterKey, series: &dyn Series) -> usize {
+    key.as_str().len() + 16 + series.heap_bytes()
+}
+
+/// The bytes a shard holds: its map's slots and every counter.
+fn shard_bytes(map: &Shard) -> usize {
+    map.capacity() * SLOT
+        + map
+            .iter()
+            .map(|(key, tally)| counter_bytes(key, tally.series()))
+            .sum::<usize>()
+}
+
+fn signed(bytes: usize) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 /// Microseconds, saturating (a window of 584 000 years is as good as infinite).

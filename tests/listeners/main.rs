@@ -15,6 +15,7 @@ mod charges;
 mod eg_translator;
 mod guarantee;
 mod hostile;
+mod memory_budget;
 mod reload;
 mod service;
 mod tls;
