@@ -174,8 +174,13 @@ impl RateLimiter {
             let cost = budget_cost(&limited.limits, limited.hits, limited.kind, debt);
             (cost <= *budget).then_some((debt, cost))
         });
-        let Some((debt, cost)) = fitting else {
-            return Plan::OverBudget(limited);
+        // A charge lands even where its cheapest form does not fit (a bucket limit's buckets
+        // cost the same in every form): it takes what is left of the budget, so the request's
+        // later descriptors are over budget instead.
+        let (debt, cost) = match fitting {
+            Some(fits) => fits,
+            None if limited.kind == HitKind::Charged => (Debt::OneBucket, *budget),
+            None => return Plan::OverBudget(limited),
         };
         *budget -= cost;
         limited.counters = self.push_counters(counters, tag(), &limited, debt);

@@ -196,6 +196,12 @@ async fn charges_are_within_the_hit_budget() {
     assert_eq!(r.statuses[0].code, Code::Ok);
     let check = call(&f, &grpc(vec![costing("budget_exact", "big", 0)])).await;
     assert_eq!(check.statuses[0].limit_remaining, 100, "the charge landed");
+    // On a limit kept as buckets (1000 an hour: 61 of the budget in every form) too; a check
+    // there is over the budget of 4, so a second charge shows that the first landed.
+    let r = call(&f, &grpc(vec![costing("budget", "big", 900)])).await;
+    assert_eq!(r.statuses[0].code, Code::Ok);
+    let r = call(&f, &grpc(vec![costing("budget", "big", 200)])).await;
+    assert_eq!(r.statuses[0].code, Code::OverLimit, "900 + 200 over 1000");
     // Admitted hits that do not fit the budget are over limit, and record nothing.
     let r = call(&f, &request(vec![costing("budget_exact", "other", 5)])).await;
     assert_eq!(r.statuses[0].code, Code::OverLimit);

@@ -7,8 +7,9 @@
 -- ARGV[2]  the request's hits on this counter
 -- ARGV[3]  the bucket width the request was decided with (microseconds)
 --
--- Takes off at most what the bucket still holds: a bucket that left the window meanwhile took the
--- request's hits with it, and the hits of other requests, in that bucket or any other, stay. A
+-- Takes off at most what the bucket still holds, and no more than its provisional hash still
+-- counts: a bucket that left the window meanwhile took the request's hits with it, a refund that
+-- came first took them already, and the hits of other requests, in that bucket or any other, stay. A
 -- counter carried over into another representation meanwhile (a reload) no longer has the
 -- request's bucket, and is left alone: its hits then expire with the window, which over-counts
 -- and never over-admits. A bucket left empty is deleted, and the whole counter once its total
@@ -35,9 +36,13 @@ local meta = redis.pcall('HMGET', KEYS[1], 'w')
 if meta.err or (meta[1] and tonumber(meta[1]) ~= width) then
   return 0
 end
+-- No more than the provisional count still holds: a refund that came first took its hits as the
+-- provisional ones (sliding_window.lua's `take_back`), and they must not be taken twice.
+local provisional = 0
 if redis.pcall('TYPE', KEYS[2]).ok == 'hash' then
-  take(KEYS[2])
+  provisional = take(KEYS[2])
 end
+hits = provisional
 local taken = take(KEYS[1])
 if taken > 0 and redis.call('HINCRBY', KEYS[1], 't', -taken) <= 0 then
   redis.call('DEL', KEYS[1])

@@ -230,10 +230,13 @@ impl MemoryStore {
                 .zip(&evals)
                 .filter(|(c, e)| c.key == counter.key && records(c, e.over, true))
                 .fold(0u64, |sum, (c, _)| sum.saturating_add(c.hits));
+            // A key named again keeps the form its first naming left it in (buckets kept for a
+            // large total may fall under the carry's bound once trimmed): one form per request.
             let series = map.get_mut(&counter.key).map(|tally| {
-                if first {
-                    bytes_before += counter_bytes(&counter.key, tally.series());
+                if !first {
+                    return tally.series_mut();
                 }
+                bytes_before += counter_bytes(&counter.key, tally.series());
                 tally.conform(counter, now).series_mut()
             });
             // At the budget, a counter that would be created is over limit (see `budget`).
@@ -356,7 +359,7 @@ impl MemoryStore {
     fn sweep_shard(&self, shard: usize) -> usize {
         let now = micros(self.clock.now()).saturating_sub(self.epoch);
         let mut map = self.shards[shard].lock();
-        // Counted again from scratch: what the sweep frees, and any drift of the accounting.
+        // Counted before and after: what the sweep frees.
         let before = shard_bytes(&map);
         map.retain(|_, tally| {
             let log = tally.series_mut();

@@ -225,7 +225,8 @@ local function stray(log, reply)
 end
 
 -- A cross-slot part writes its counters' provisional logs in pass two: one left in the other
--- form (its counter expired before it was carried) goes in pass one, so that no write can fail.
+-- form (its counter expired before it was carried) goes at the end of pass one (after any carry
+-- of the counter, which carries its provisional log too), so that no write can fail.
 local function provisional_form(log, width)
   if width == 0 then
     stray(log, redis.pcall('ZCARD', log))
@@ -538,11 +539,12 @@ end
 -- Returned hits: removes up to `hits` of the newest hits of `key` (trimmed already), never below
 -- zero; returns how many it removed. A bucket counter loses them from its newest buckets (one read
 -- of its at most `span + 1` buckets); 'o' and 'n' may then name an empty bucket, which is read as
--- "at or before the oldest" and "at or after the newest". In a cluster a bucket counter's
--- provisional hits (in its provisional hash `log`) are not taken: a denied cross-slot request's
--- compensation takes them back from their bucket later, and would otherwise take them twice,
--- the second time from other requests' hits. (A log's compensation removes its own members, so a
--- returned provisional member only makes it remove less.)
+-- "at or before the oldest" and "at or after the newest". In a cluster, hits taken from a bucket
+-- that holds provisional hits (its provisional hash `log`) are taken as those first: the
+-- provisional count goes down with them, and a denied cross-slot request's compensation, which
+-- takes back no more than the provisional count it finds (`bucket_take_back.lua`), cannot take
+-- them a second time from other requests' hits. (A log's compensation removes its own members, so
+-- a returned provisional member only makes it remove less.)
 local function take_back(key, log, width, hits)
   if width == 0 then
     local popped = redis.call('ZPOPMAX', key, hits)
@@ -577,13 +579,21 @@ local function take_back(key, log, width, hits)
     if taken >= hits then
       break
     end
-    local take = math.min(bucket[2] - (provisional[bucket[1]] or 0), hits - taken)
+    local take = math.min(bucket[2], hits - taken)
+    taken = taken + take
     if take == bucket[2] then
       redis.call('HDEL', key, bucket_field(bucket[1]))
-    elseif take > 0 then
+    else
       redis.call('HINCRBY', key, bucket_field(bucket[1]), -take)
     end
-    taken = taken + math.max(take, 0)
+    local marked = provisional[bucket[1]] or 0
+    if marked > 0 then
+      if take >= marked then
+        redis.call('HDEL', log, bucket_field(bucket[1]))
+      else
+        redis.call('HINCRBY', log, bucket_field(bucket[1]), -take)
+      end
+    end
   end
   if taken >= total then
     redis.call('DEL', key)
@@ -603,6 +613,8 @@ local function decide(rid, part, n, k0, a0)
   -- Each counter's "now" (see the top of the script).
   local at = {}
   local pending = {}
+  -- The bucket width (0: the log) each key is decided in.
+  local form = {}
   local allowed = 1
 
   for i = 1, n do
@@ -619,12 +631,16 @@ local function decide(rid, part, n, k0, a0)
     charged[i] = flags % 4 >= 2
     returned[i] = flags >= 4
     width[i] = tonumber(ARGV[base + 4])
+    -- A key named again in this request keeps the form its first naming found it in (buckets
+    -- kept for a large total may fall under `LOG_CARRY_MAX` once trimmed): one form per key and
+    -- request, so that pass two writes each key as the type pass one left it.
+    if form[key[i]] ~= nil then
+      width[i] = form[key[i]]
+    end
     if width[i] == 0 then
       width[i], at[i] = log_form(key[i], log[i], window[i])
     end
-    if part and log[i] then
-      provisional_form(log[i], width[i])
-    end
+    form[key[i]] = width[i]
 
     if width[i] > 0 then
       held[i], count[i], over[i], reset[i], reset1[i], buckets[i], at[i] = decide_buckets(key[i],
@@ -660,6 +676,9 @@ local function decide(rid, part, n, k0, a0)
       if not returned[i] and (not over[i] or charged[i]) then
         pending[key[i]] = (pending[key[i]] or 0) + hits[i]
       end
+    end
+    if part and log[i] then
+      provisional_form(log[i], width[i])
     end
     if over[i] and not shadow[i] then
       allowed = 0
@@ -756,9 +775,10 @@ end
 
 -- Each request is decided under `pcall`: an error (a key of a type no decision writes, left by
 -- something else under the prefix) fails that request alone, answered `allowed` 2 and zeros, and
--- the others of the call are decided as usual. Its writes cannot include a recorded hit: pass one
--- reads every key of the request in a form that raises on a wrong type before pass two writes,
--- and a request names each counter in one form (`store/form.rs`).
+-- the others of the call are decided as usual. For a key of another type its writes include no
+-- recorded hit: pass one reads every key of the request in a form that raises on a wrong type
+-- before pass two writes, and decides each key in one form. (A key of the right type holding
+-- foreign content, such as a bucket field that is not a number, can still fail in pass two.)
 local a = 4
 local k = 1
 for _ = 1, tonumber(ARGV[1]) do

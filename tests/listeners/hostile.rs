@@ -1982,12 +1982,14 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
     // clean end) is what closes them, not a refusal at accept.
     let grpc_io = connect(server.grpc_port).await;
     let http2_io = connect(server.http_port).await;
-    let idle_grpc = async {
+    // Spawned at once: their prefaces must not wait for the 300 connections below (a loaded
+    // machine took longer than the 1 s handshake timeout to open them).
+    let idle_grpc = tokio::spawn(async move {
         let (_sender, connection) = h2::client::handshake(grpc_io).await.expect("handshake");
         let ended = tokio::time::timeout(Duration::from_secs(4), connection).await;
         matches!(ended, Ok(Ok(())))
-    };
-    let idle_http2 = async {
+    });
+    let idle_http2 = tokio::spawn(async move {
         let (sender, connection) = h2::client::handshake(http2_io).await.expect("handshake");
         let mut connection = std::pin::pin!(connection);
         // The client keeps a handle: h2 closes a client connection whose handles are all gone.
@@ -2007,7 +2009,7 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
         assert_eq!(status, 200, "GET /healthcheck over HTTP/2");
         let ended = tokio::time::timeout(Duration::from_secs(4), connection).await;
         matches!(ended, Ok(Ok(())))
-    };
+    });
     // Then 300 connections that never send the preface.
     let mut silent = Vec::new();
     for _ in 0..300 {
@@ -2034,7 +2036,13 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
         idle_keep_alive,
         slow_body,
         silent_http,
-        async { tokio::join!(idle_grpc, idle_http2) },
+        async {
+            let (grpc, http2) = tokio::join!(idle_grpc, idle_http2);
+            (
+                grpc.expect("idle gRPC task"),
+                http2.expect("idle HTTP/2 task"),
+            )
+        },
         all_silent_closed
     );
     normal

@@ -92,7 +92,7 @@ impl Under {
         d
     }
 
-    async fn advance(&self, by: Duration) {
+    pub(crate) async fn advance(&self, by: Duration) {
         match &self.clock {
             Some(clock) => clock.advance(by),
             None => tokio::time::sleep(by).await,

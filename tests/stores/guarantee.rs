@@ -124,6 +124,31 @@ async fn a_counter_named_in_two_representations_is_decided_alike_everywhere() {
     }
 }
 
+/// A debt of 5000 hits and a later one of 11, 8 of it refunded (all kept as buckets: more than a
+/// log of 10 takes), then, once the first has left the window, a request naming the counter twice
+/// as the exact log: the first naming finds 5003 hits in buckets and decides in them, and the
+/// second keeps that form (trimmed, the buckets hold 3, which made Redis rewrite the key as a log
+/// between the two namings and fail the request in pass two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_named_twice_keeps_one_form_after_its_debt_leaves() {
+    let second = Duration::from_secs(1);
+    for s in stores().await {
+        let c = counter("debt-leaves", 10, second, Precision::Exact);
+        let d = s.decide(&[with(&c, HitKind::Charged, 5000)]).await;
+        assert!(!d.allowed, "[{}] {d:?}", s.name);
+        s.advance(Duration::from_millis(500)).await;
+        let d = s.decide(&[with(&c, HitKind::Charged, 11)]).await;
+        assert_eq!(d.counters[0].count, 5011, "[{}] {d:?}", s.name);
+        let d = s.decide(&[with(&c, HitKind::Returned, 8)]).await;
+        assert_eq!(d.counters[0].count, 5003, "[{}] {d:?}", s.name);
+        s.advance(Duration::from_millis(650)).await;
+        let d = s.decide(&[c.clone(), c.clone()]).await;
+        assert!(d.allowed, "[{}] 3 held, 2 more fit 10: {d:?}", s.name);
+        let counts: Vec<u64> = d.counters.iter().map(|r| r.count).collect();
+        assert_eq!(counts, [4, 5], "[{}] {d:?}", s.name);
+    }
+}
+
 /// Redis: a request whose counter key holds something no decision writes (a string under the
 /// prefix) fails alone. The other requests of the same script calls are decided, and the failed
 /// request's other counter records nothing.

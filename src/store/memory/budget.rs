@@ -8,7 +8,8 @@
 //! What is counted: each counter's key (its bytes and the `Arc`'s two counts), its ring of runs or
 //! buckets (capacity, not length: what is allocated), and each shard's map slots (capacity times a
 //! slot). A decision adjusts the figure by what changed in the counters it touched and in the maps
-//! of the shards it locked; a sweep recounts its shard from scratch, which also corrects any drift.
+//! of the shards it locked; a sweep counts its shard before and after, and adjusts by the
+//! difference (a unit test checks the figure against a count of the structures).
 //! Allocator overhead is not counted: RSS runs above the figure (docs/operations.md says by how
 //! much).
 //!

@@ -175,8 +175,12 @@ pub(super) async fn send_batch<C: LaneConn>(lane: &Lane<C>, shared: &Shared, bat
     let mut call = std::pin::pin!(async {
         match script::run(&mut conn, &shared.dialect, &cmd).await {
             // Refused while connecting: the call never reached Redis, and the manager connects
-            // again as it fails. A script that may have run is never sent twice.
-            Err(e) if never_sent(&e) => script::run(&mut conn, &shared.dialect, &cmd).await,
+            // again as it fails. A script that may have run is never sent twice. Not on a
+            // cluster lane, whose client retries on its own (and may have sent the call before a
+            // reconnect was refused).
+            Err(e) if !lane.cluster && never_sent(&e) => {
+                script::run(&mut conn, &shared.dialect, &cmd).await
+            }
             other => other,
         }
     });
