@@ -122,7 +122,7 @@ fn node_gauge(addr: &str) -> Option<IntGauge> {
 
 /// Whether `error` means the node could not be reached (rather than it answering an error).
 fn unreachable(error: &RedisError) -> bool {
-    error.is_timeout() || super::connection_lost(error)
+    error.is_timeout() || super::classify::connection_lost(error)
 }
 
 /// A connection to one cluster node that counts the redirections it is answered and keeps the

@@ -417,7 +417,8 @@ impl PrimaryConn {
 /// Whether an error means the server we write to may not be the primary any more: it cannot be
 /// reached, or it answers as a read-only replica.
 fn moved(error: &RedisError) -> bool {
-    error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) || super::connection_lost(error)
+    error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || super::classify::connection_lost(error)
 }
 
 /// Whether a reply is a `READONLY` error (pipelines answer errors in place).

@@ -1,0 +1,71 @@
+//! What a failed Redis call was: the client's error mapped to a [`StoreError`] kind, which health,
+//! the metrics and the log go by (an outage passes by itself; a script the server cannot run, or
+//! credentials it refuses, do not).
+
+use ::redis::RedisError;
+
+use super::Shared;
+use crate::store::StoreError;
+
+impl Shared {
+    /// Maps a client error to a [`StoreError`] whose text holds no password.
+    pub(super) fn error(&self, e: RedisError) -> StoreError {
+        let text = self.redactor.clean(&e.to_string());
+        if e.is_timeout() {
+            StoreError::Timeout(self.timeout)
+        } else if e.code() == Some("OOM") || text.contains("OOM command not allowed") {
+            // Redis 6.x reports a refusal inside the script as a script error (`ERR Error running
+            // script ...: -OOM command not allowed ...`); it comes before the script's first
+            // write, so nothing was recorded, as with Redis 7's refusal before the script runs.
+            StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
+        } else if refused_credentials(&e, &text) {
+            StoreError::Auth(format!("{}: {text}", self.endpoint))
+        } else if connection_lost(&e) {
+            StoreError::Connection(format!("{}: {text}", self.endpoint))
+        } else if cannot_run_script(&e) {
+            StoreError::Incompatible(format!("{}: {text}", self.endpoint))
+        } else {
+            StoreError::Backend(format!("{}: {text}", self.endpoint))
+        }
+    }
+}
+
+/// Whether `e` is an answer that says the server cannot run the script, and will not until it is
+/// changed: `EVALSHA` or `SCRIPT` forbidden by an ACL (`NOPERM`) or renamed away (unknown
+/// command), the script still unknown after loading it, or a Lua error compiling or running it
+/// (`Error compiling script`, `Error running script` on 6.x, `user_script:` on 7.x).
+fn cannot_run_script(e: &RedisError) -> bool {
+    if matches!(e.code(), Some("NOPERM" | "NOSCRIPT")) {
+        return true;
+    }
+    let text = e.to_string();
+    [
+        "unknown command",
+        "Error compiling script",
+        "Error running script",
+        "user_script:",
+        "shebang",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
+/// Whether `e` is Redis refusing the credentials: a wrong password or user (`WRONGPASS`, or an
+/// authentication failure while connecting), or none where one is needed (`NOAUTH`; over RESP2,
+/// Redis answers a command sent without one with a protocol error about an unauthenticated
+/// request).
+fn refused_credentials(e: &RedisError, text: &str) -> bool {
+    e.kind() == ::redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+        || text.contains("NOAUTH")
+        || text.contains("WRONGPASS")
+        || text.contains("unauthenticated")
+}
+
+/// Whether `e` means the connection could not be made or is gone (rather than an answer).
+pub(super) fn connection_lost(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+}
