@@ -58,23 +58,7 @@ async fn idle_connections_closed_by_redis_fail_no_call() {
     };
     let rules = rules();
     let server = Slidegate::start(rules.path(), &["--redis-url", &redis.url()]);
-    assert!(wait_until(Duration::from_secs(10), || server
-        .get("/healthcheck")
-        .0
-        == 200));
-    let mut admitted = 0;
-    for round in 0..3 {
-        let statuses = burst(&server, "idle", 24).await;
-        assert!(
-            statuses.iter().all(|&s| s == 200),
-            "round {round}: {statuses:?}\n{}",
-            server.log()
-        );
-        admitted += statuses.len() as u64;
-        assert_eq!(held(&server, "idle").await, admitted, "round {round}");
-        // Longer than `timeout 1` (Redis checks idle clients about every 100 ms).
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-    }
+    bursts_survive_idle_closes(&server, "standalone").await;
 }
 
 /// `kill -9` and a restart on the same port (a crash, a failover behind one address): once

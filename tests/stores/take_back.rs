@@ -25,6 +25,19 @@ fn counter(name: &str, limit: u64, hits: u64) -> Counter {
     }
 }
 
+/// The store on `cluster` under `prefix`, without the deny cache (every call goes to Redis).
+async fn store_on(cluster: &RedisCluster, prefix: &str) -> RedisStore {
+    RedisStore::connect(&RedisOptions {
+        cluster_nodes: cluster.urls(),
+        prefix: prefix.to_string(),
+        timeout: Duration::from_secs(4),
+        deny_cache: 0,
+        ..RedisOptions::default()
+    })
+    .await
+    .expect("connect")
+}
+
 /// A cluster whose nodes take `DEBUG SLEEP` (Redis 6 allows DEBUG without being asked).
 fn cluster_with_debug() -> Option<RedisCluster> {
     let major = crate::support::redis_server_major()?;
@@ -41,15 +54,7 @@ async fn a_late_take_back_never_removes_another_requests_hits() {
         return;
     };
     let prefix = "sgtakeback:";
-    let store = RedisStore::connect(&RedisOptions {
-        cluster_nodes: cluster.urls(),
-        prefix: prefix.to_string(),
-        timeout: Duration::from_secs(4),
-        deny_cache: 0,
-        ..RedisOptions::default()
-    })
-    .await
-    .expect("connect");
+    let store = store_on(&cluster, prefix).await;
     let a = counter("a", 5, 2);
     let node_a = cluster
         .node_for(&format!("{prefix}{}", a.key.as_str()))
@@ -144,15 +149,7 @@ async fn a_refund_before_the_take_back_never_removes_hits_twice() {
         precision: Precision::Buckets(width),
     };
     let prefix = "sgrefund:";
-    let store = RedisStore::connect(&RedisOptions {
-        cluster_nodes: cluster.urls(),
-        prefix: prefix.to_string(),
-        timeout: Duration::from_secs(4),
-        deny_cache: 0,
-        ..RedisOptions::default()
-    })
-    .await
-    .expect("connect");
+    let store = store_on(&cluster, prefix).await;
     let node = |c: &Counter| {
         cluster
             .node_for(&format!("{prefix}{}", c.key.as_str()))
