@@ -74,6 +74,14 @@ pub fn recorded_in(
 /// the module docs) and its hits capped at [`MAX_HITS`]; borrowed as they are in the usual case,
 /// where nothing changes.
 pub fn decided_forms(counters: &[Counter]) -> Cow<'_, [Counter]> {
+    // The usual request: every counter in one precision, its own, within the cap. Nothing to
+    // compare, nothing to build.
+    let one = counters.first().map(|c| c.precision);
+    let as_asked =
+        |c: &Counter| Some(c.precision) == one && c.hits <= MAX_HITS && own_form(c) == c.precision;
+    if counters.iter().all(as_asked) {
+        return Cow::Borrowed(counters);
+    }
     let own: Scratch<Precision> = counters.iter().map(own_form).collect();
     let forms: Scratch<Precision> = counters
         .iter()

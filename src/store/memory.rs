@@ -224,7 +224,10 @@ impl MemoryStore {
         let mut evals: Scratch<Eval> = Scratch::with_capacity(counters.len());
         for (i, counter) in counters.iter().enumerate() {
             let map = &mut guards[guard_of[i]];
-            let first = !counters[..i].iter().any(|c| c.key == counter.key);
+            // Keys in other shards differ: most comparisons stop at the shard index.
+            let same_key =
+                |(c, &shard): (&Counter, &usize)| shard == shard_of[i] && c.key == counter.key;
+            let first = !counters[..i].iter().zip(&shard_of[..i]).any(same_key);
             let pending: u64 = counters[..i]
                 .iter()
                 .zip(&evals)
@@ -270,7 +273,11 @@ impl MemoryStore {
                 let record =
                     counter.hits > 0 && !eval.refused && records(counter, eval.over, allowed);
                 let (result, bytes) = settle(&mut guards[guard_of[i]], counter, eval, record);
-                if !counters[i + 1..].iter().any(|c| c.key == counter.key) {
+                let later = counters[i + 1..].iter().zip(&shard_of[i + 1..]);
+                if !later
+                    .into_iter()
+                    .any(|(c, &shard)| shard == shard_of[i] && c.key == counter.key)
+                {
                     bytes_after += bytes;
                 }
                 result
