@@ -38,8 +38,9 @@ pub const SERVICE_NAMES: [&str; 3] = [
     "envoy.service.ratelimit.v3.RateLimitService",
 ];
 
-/// How long one health ping may take before the store counts as down.
-const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one health ping may take before the store counts as down (the Redis store's probe
+/// waits up to 1.5 s for a connection, so that its error says what happened).
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the last check found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

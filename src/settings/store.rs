@@ -80,6 +80,11 @@ pub struct StoreSettings {
         requires = "redis_sentinel"
     )]
     pub redis_sentinel_password: Option<String>,
+    /// File holding the Redis password (of --redis-url, the primary, or the --redis-cluster nodes),
+    /// e.g. a mounted Kubernetes Secret; the URLs then carry none. Read at start and again at every
+    /// connection, so a rotated password needs no restart.
+    #[arg(long, env = "SLIDEGATE_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
     /// Upper bound for every Redis call, e.g. `50ms`; a slower call is a store failure.
     #[arg(long, env = "SLIDEGATE_REDIS_TIMEOUT", default_value = spelled!(DEFAULT_TIMEOUT), value_parser = humantime::parse_duration)]
     pub redis_timeout: Duration,
@@ -149,6 +154,7 @@ impl StoreSettings {
             url: (self.redis_url.clone()).unwrap_or_else(|| RedisOptions::default().url),
             cluster_nodes: self.redis_cluster.clone(),
             sentinel,
+            password_file: self.redis_password_file.clone(),
             prefix: self.redis_prefix.clone(),
             timeout: self.redis_timeout,
             tls_ca_file: self.redis_tls_ca_file.clone(),

@@ -231,8 +231,16 @@ pub struct Decision {
 pub enum StoreError {
     #[error("store call timed out after {0:?}")]
     Timeout(Duration),
+    /// The connection broke, or could not be made for another reason than the two below.
     #[error("store connection failed: {0}")]
     Connection(String),
+    /// Nothing listens at the store's address (connection refused): the server is down or
+    /// restarting, or the address is wrong.
+    #[error("store refused the connection: {0}")]
+    Refused(String),
+    /// The store's host name does not resolve.
+    #[error("store host name does not resolve: {0}")]
+    Dns(String),
     /// Redis at `maxmemory` with `noeviction` refused to record hits.
     #[error("store out of memory: {0}")]
     OutOfMemory(String),
@@ -251,17 +259,19 @@ pub enum StoreError {
 
 impl StoreError {
     /// Every [`StoreError::kind`], in the order of [`StoreError::index`].
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 8] = [
         "timeout",
         "connection",
         "oom",
         "backend",
         "incompatible",
         "auth",
+        "refused",
+        "dns",
     ];
 
     /// A short, stable label for metrics (`timeout`, `connection`, `oom`, `backend`,
-    /// `incompatible`, `auth`).
+    /// `incompatible`, `auth`, `refused`, `dns`).
     pub fn kind(&self) -> &'static str {
         StoreError::KINDS[self.index()]
     }
@@ -275,7 +285,21 @@ impl StoreError {
             StoreError::Backend(_) => 3,
             StoreError::Incompatible(_) => 4,
             StoreError::Auth(_) => 5,
+            StoreError::Refused(_) => 6,
+            StoreError::Dns(_) => 7,
         }
+    }
+
+    /// The store could not be reached (a timeout, a connection refused, lost or not made, a name
+    /// that does not resolve): an outage, which passes by itself or with the network.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Timeout(_)
+                | StoreError::Connection(_)
+                | StoreError::Refused(_)
+                | StoreError::Dns(_)
+        )
     }
 
     /// A configuration error (the server cannot run the script, or refuses the credentials):

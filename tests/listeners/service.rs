@@ -1233,7 +1233,7 @@ async fn redis_failure_modes_and_health() {
     assert_eq!(r.status(), 503);
     let m = server.metrics().await;
     assert!(m.get(r#"slidegate_failure_mode_total{mode="error"}"#) >= 2.0);
-    let errors: f64 = ["timeout", "connection", "backend"]
+    let errors: f64 = ["timeout", "connection", "refused", "backend"]
         .iter()
         .map(|k| m.get(&format!(r#"slidegate_store_errors_total{{kind="{k}"}}"#)))
         .sum();

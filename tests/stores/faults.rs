@@ -153,7 +153,7 @@ fn metrics(server: &Slidegate) -> String {
 }
 
 fn store_errors(text: &str) -> f64 {
-    ["timeout", "connection", "backend"]
+    ["timeout", "connection", "refused", "backend"]
         .iter()
         .map(|k| {
             metric_value(

@@ -335,7 +335,7 @@ async fn with_aof_a_restarted_redis_keeps_the_windows() {
     assert_eq!(zcard(&redis, &counter("tight", "aof")), 5);
     let text = metrics(&server);
     assert_eq!(metric_value(&text, &node), 1.0);
-    let failed = ["connection", "timeout"].map(|result| {
+    let failed = ["connection", "refused", "timeout"].map(|result| {
         metric_value(
             &text,
             &format!(r#"slidegate_redis_calls_total{{result="{result}"}}"#),

@@ -261,5 +261,7 @@ pub(super) fn call_result(e: &StoreError) -> CallResult {
         StoreError::Backend(_) => CallResult::Backend,
         StoreError::Incompatible(_) => CallResult::Incompatible,
         StoreError::Auth(_) => CallResult::Auth,
+        StoreError::Refused(_) => CallResult::Refused,
+        StoreError::Dns(_) => CallResult::Dns,
     }
 }

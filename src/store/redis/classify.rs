@@ -20,6 +20,10 @@ impl Shared {
             StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
         } else if refused_credentials(&e, &text) {
             StoreError::Auth(format!("{}: {text}", self.endpoint))
+        } else if e.is_connection_refusal() {
+            StoreError::Refused(format!("{}: {text}", self.endpoint))
+        } else if unresolved(&text) {
+            StoreError::Dns(format!("{}: {text}", self.endpoint))
         } else if connection_lost(&e) {
             StoreError::Connection(format!("{}: {text}", self.endpoint))
         } else if cannot_run_script(&e) {
@@ -60,6 +64,12 @@ fn refused_credentials(e: &RedisError, text: &str) -> bool {
         || text.contains("NOAUTH")
         || text.contains("WRONGPASS")
         || text.contains("unauthenticated")
+}
+
+/// Whether the text is a host name that did not resolve (`getaddrinfo` failing, or resolving to
+/// no address).
+fn unresolved(text: &str) -> bool {
+    text.contains("failed to lookup address") || text.contains("No address found for host")
 }
 
 /// Whether `e` means the connection could not be made or is gone (rather than an answer).

@@ -22,10 +22,14 @@ pub enum CallResult {
     Incompatible,
     /// Redis refused the credentials (see `StoreError::Auth`).
     Auth,
+    /// Nothing listened at the address (see `StoreError::Refused`).
+    Refused,
+    /// The host name did not resolve (see `StoreError::Dns`).
+    Dns,
 }
 
 impl CallResult {
-    const ALL: [CallResult; 8] = [
+    const ALL: [CallResult; 10] = [
         CallResult::Ok,
         CallResult::Expired,
         CallResult::Timeout,
@@ -34,6 +38,8 @@ impl CallResult {
         CallResult::Backend,
         CallResult::Incompatible,
         CallResult::Auth,
+        CallResult::Refused,
+        CallResult::Dns,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +52,8 @@ impl CallResult {
             CallResult::Backend => "backend",
             CallResult::Incompatible => "incompatible",
             CallResult::Auth => "auth",
+            CallResult::Refused => "refused",
+            CallResult::Dns => "dns",
         }
     }
 }
@@ -55,7 +63,7 @@ impl CallResult {
 #[derive(Clone, Debug)]
 pub struct RedisMetrics {
     call_duration: Histogram,
-    calls: [IntCounter; 8],
+    calls: [IntCounter; 10],
     deadline_expired: IntCounter,
     late_recorded: IntCounter,
     incompatible: IntCounter,
@@ -87,8 +95,8 @@ impl RedisMetrics {
         )?;
         let calls = metrics.counter_vec(
             "slidegate_redis_calls_total",
-            "Script calls to Redis by result (ok, expired, timeout, connection, oom, backend, \
-             incompatible).",
+            "Script calls to Redis by result (ok, expired, timeout, connection, refused, dns, auth, \
+             oom, backend, incompatible).",
             &["result"],
         )?;
         let deadline_expired = metrics.counter(

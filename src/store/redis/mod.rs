@@ -96,6 +96,7 @@ mod deny_cache;
 mod metrics;
 mod node;
 mod options;
+mod password;
 mod per_thread;
 mod redact;
 pub mod script;
@@ -111,7 +112,7 @@ use std::time::{Duration, Instant};
 use ::redis::aio::ConnectionManager;
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_routing::Slot;
-use ::redis::{RedisError, TlsCertificates};
+use ::redis::{ConnectionInfo, RedisError, TlsCertificates};
 use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::{OnceCell, oneshot};
@@ -135,6 +136,7 @@ pub use options::{
     RedisOptions,
 };
 use options::{connection_info, manager_config, resp3, tcp_settings, tls_certificates};
+use password::PasswordFile;
 
 use super::{Counter, CounterKey, Decision, HitKind, Store, StoreError, decided_forms};
 
@@ -144,6 +146,10 @@ use super::{Counter, CounterKey, Decision, HitKind, Store, StoreError, decided_f
 pub async fn connect(opts: &RedisOptions) -> Result<Arc<dyn Store>, StoreError> {
     Ok(Arc::new(RedisStore::connect(opts).await?))
 }
+
+/// Longest wait of the health probe ([`Store::ping`]), connecting included; below the health
+/// check's own bound (`service::health`).
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// The Redis store, standalone or cluster. See the module docs.
 pub struct RedisStore {
@@ -221,9 +227,36 @@ impl RedisStore {
             // An error here only means one is installed already.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
+        let password_file = match &opts.password_file {
+            Some(path) => {
+                if infos
+                    .iter()
+                    .any(|i| i.redis_settings().password().is_some())
+                {
+                    return Err(StoreError::Backend(format!(
+                        "{endpoint} carries a password and --redis-password-file gives another: \
+                         give it in one place"
+                    )));
+                }
+                let username = infos.first().and_then(|i| i.redis_settings().username());
+                let (file, password) = PasswordFile::open(path, username)?;
+                redactor.add(&password);
+                infos = infos
+                    .into_iter()
+                    .map(|info| {
+                        let redis = info.redis_settings().clone().set_password(&password);
+                        info.set_redis_settings(redis)
+                    })
+                    .collect();
+                Some(file)
+            }
+            None => None,
+        };
         let certs = tls_certificates(opts)?;
         if let Some(sentinel) = &opts.sentinel {
-            return Self::connect_sentinel(opts, sentinel, certs, redactor).await;
+            let primary = infos.remove(0);
+            return Self::connect_sentinel(opts, sentinel, primary, password_file, certs, redactor)
+                .await;
         }
         let clean = |e: RedisError| {
             StoreError::Backend(format!(
@@ -243,7 +276,7 @@ impl RedisStore {
                 None => ::redis::Client::open(info),
             }
             .map_err(clean)?;
-            let config = manager_config(opts);
+            let config = manager_config(opts, password_file.as_ref());
             let managers = PerThread::new(opts.connections, || {
                 let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
                 Ok(Lane::new(conn, false))
@@ -255,6 +288,9 @@ impl RedisStore {
                 .response_timeout(opts.timeout)
                 .tcp_settings(tcp_settings());
             let mut builder = cluster::retry_policy(builder, opts.timeout);
+            if let Some(file) = password_file {
+                builder = builder.set_credentials_provider(file);
+            }
             if let Some(certs) = certs {
                 builder = builder.certs(certs);
             }
@@ -298,9 +334,12 @@ impl RedisStore {
     /// The store on the primary that the sentinels name (see the `sentinel` module): one lane per
     /// thread, as standalone. Fails when no sentinel names a usable primary within
     /// [`sentinel::LOOKUP_TIMEOUT`].
+    /// `primary` is `--redis-url` parsed (with the password file's password, if any).
     async fn connect_sentinel(
         opts: &RedisOptions,
         sentinel: &SentinelOptions,
+        primary: ConnectionInfo,
+        password_file: Option<PasswordFile>,
         certs: Option<TlsCertificates>,
         mut redactor: Redactor,
     ) -> Result<RedisStore, StoreError> {
@@ -313,9 +352,9 @@ impl RedisStore {
         }
         let sentinels = Sentinels::start(
             sentinel,
-            &opts.url,
+            primary,
             certs,
-            manager_config(opts),
+            manager_config(opts, password_file.as_ref()),
             &mut redactor,
         )
         .await?;
@@ -604,7 +643,7 @@ impl RedisStore {
                     .cluster_lane(client, lanes.get())
                     .await
                     .inspect_err(|e| {
-                        if matches!(e, StoreError::Connection(_) | StoreError::Timeout(_)) {
+                        if e.is_unreachable() {
                             shared.node.unreachable();
                         }
                     })?;
@@ -619,9 +658,9 @@ impl RedisStore {
 
     async fn with_timeout<T>(
         &self,
+        timeout: Duration,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let timeout = self.shared.timeout;
         let result = tokio::time::timeout(timeout, call)
             .await
             .unwrap_or(Err(StoreError::Timeout(timeout)));
@@ -638,7 +677,11 @@ impl Shared {
     /// checked, an OOM refusal is logged.
     fn note<C: LaneConn>(&self, conn: &C, result: Result<(), &StoreError>) {
         match result {
-            Err(StoreError::Connection(_) | StoreError::Timeout(_)) => self.node.unreachable(),
+            // A node that refuses the credentials decides nothing: down, as for an outage (its
+            // own health condition and log say why).
+            Err(e) if e.is_unreachable() || matches!(e, StoreError::Auth(_)) => {
+                self.node.unreachable()
+            }
             other => {
                 match other {
                     Err(StoreError::OutOfMemory(text)) => self.node.out_of_memory(text),
@@ -646,7 +689,6 @@ impl Shared {
                         self.metrics.incompatible();
                         self.node.incompatible(text);
                     }
-                    Err(StoreError::Auth(_)) => self.node.unreachable(),
                     _ => {}
                 }
                 if self.node.answered() {
@@ -703,12 +745,17 @@ impl Store for RedisStore {
     async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
         let deadline = Instant::now() + self.shared.timeout;
         let counters = decided_forms(counters);
-        self.with_timeout(self.decide_inner(&counters, deadline))
+        self.with_timeout(self.shared.timeout, self.decide_inner(&counters, deadline))
             .await
     }
 
+    /// Waits for connecting and authenticating up to [`PROBE_TIMEOUT`] (or the call timeout, if
+    /// longer), not the call deadline: the startup check and health then name what happened (a
+    /// refused password, a name that does not resolve, nothing listening) where a 50 ms deadline
+    /// would only say it ran out, and a Redis a slow handshake away still counts as up.
     async fn ping(&self) -> Result<(), StoreError> {
-        self.with_timeout(self.ping_inner()).await
+        let timeout = self.shared.timeout.max(PROBE_TIMEOUT);
+        self.with_timeout(timeout, self.ping_inner()).await
     }
 
     fn kind(&self) -> &'static str {

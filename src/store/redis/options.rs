@@ -9,6 +9,7 @@ use ::redis::{
     ClientTlsConfig, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, TlsCertificates,
 };
 
+use super::password::PasswordFile;
 use super::{RedisMetrics, SentinelOptions, redact_url};
 use crate::store::StoreError;
 
@@ -40,6 +41,10 @@ pub struct RedisOptions {
     /// Redis Cluster seed nodes (same URL forms); not empty selects the cluster store. The first
     /// node's credentials and TLS setting apply to all nodes.
     pub cluster_nodes: Vec<String>,
+    /// A file holding the password of the standalone server, the primary or the cluster nodes,
+    /// instead of the URL's: read at start and again at every connection (see the `password`
+    /// module). The URLs must then carry none.
+    pub password_file: Option<PathBuf>,
     /// Prepended to every counter key; must not contain `{` or `}` (they would change the hash tag).
     pub prefix: String,
     /// Upper bound for every call, including connecting.
@@ -73,6 +78,7 @@ impl Default for RedisOptions {
             url: "redis://127.0.0.1:6379".to_string(),
             cluster_nodes: Vec::new(),
             sentinel: None,
+            password_file: None,
             prefix: DEFAULT_PREFIX.to_string(),
             timeout: DEFAULT_TIMEOUT,
             tls_ca_file: None,
@@ -92,6 +98,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("url", &redact_url(&self.url))
             .field("cluster_nodes", &nodes)
             .field("sentinel", &self.sentinel)
+            .field("password_file", &self.password_file)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("tls_ca_file", &self.tls_ca_file)
@@ -115,13 +122,21 @@ pub struct ClientCertFiles {
 /// password read as "timed out after 50ms") and keeps a restarted Redis unused for its length.
 /// Calls drive the reconnects instead: a call that finds the connection failed starts the next
 /// attempts, and one refused while connecting is sent once more (`batch::never_sent`).
-pub(super) fn manager_config(opts: &RedisOptions) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
+/// With a password file, every connection reads it (`password` module).
+pub(super) fn manager_config(
+    opts: &RedisOptions,
+    password_file: Option<&PasswordFile>,
+) -> ConnectionManagerConfig {
+    let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(opts.timeout.max(Duration::from_secs(1))))
         .set_response_timeout(None)
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(10));
+    match password_file {
+        Some(file) => config.set_credentials_provider(file.clone()),
+        None => config,
+    }
 }
 
 /// The CA and client certificate files read into what redis-rs takes, or `None` when neither is

@@ -127,11 +127,11 @@ struct Primary {
 
 impl Sentinels {
     /// Builds a client per sentinel and resolves the primary once (see the module docs). The
-    /// primary's credentials, database and TLS come from `primary_url` (its host is not used),
-    /// `certs` apply to every TLS connection, sentinel or primary.
+    /// primary's credentials, database and TLS come from `template` (`--redis-url` parsed; its host
+    /// is not used), `certs` apply to every TLS connection, sentinel or primary.
     pub async fn start(
         opts: &SentinelOptions,
-        primary_url: &str,
+        template: ConnectionInfo,
         certs: Option<TlsCertificates>,
         manager_config: ConnectionManagerConfig,
         redactor: &mut Redactor,
@@ -143,7 +143,6 @@ impl Sentinels {
                     .into(),
             ));
         }
-        let template = primary_template(primary_url)?;
         if let Some(password) = template.redis_settings().password() {
             redactor.add(password);
         }
@@ -315,11 +314,6 @@ fn primary_of(client: Client) -> (String, Client) {
     // Opening a client from a parsed ConnectionInfo only checks that TLS is compiled in, which
     // the one we were given already passed.
     (addr, Client::open(info).unwrap_or(client))
-}
-
-/// `--redis-url` parsed for what it says about the primary (scheme, user, password, database).
-fn primary_template(url: &str) -> Result<ConnectionInfo, StoreError> {
-    connection_info(url)
 }
 
 /// One `--redis-sentinel` entry: `HOST:PORT` or a `redis://` / `rediss://` URL.
@@ -523,7 +517,7 @@ mod tests {
         let started = std::time::Instant::now();
         let err = Sentinels::start(
             &opts,
-            "redis://:s3cret@primary",
+            connection_info("redis://:s3cret@primary").expect("URL"),
             None,
             ConnectionManagerConfig::new(),
             &mut Redactor::default(),

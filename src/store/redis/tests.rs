@@ -150,10 +150,7 @@ async fn unreachable_redis_fails_fast_with_a_connection_error() {
     let started = Instant::now();
     let err = store.decide(&[counter]).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert!(
-        matches!(err, StoreError::Connection(_) | StoreError::Timeout(_)),
-        "{err:?}"
-    );
+    assert!(err.is_unreachable(), "{err:?}");
     assert!(!err.to_string().contains("hunter2"), "{err}");
     assert!(!format!("{store:?}").contains("hunter2"));
 }
