@@ -44,6 +44,9 @@ const ESCAPED: &AsciiSet = &CONTROLS
 /// takes 13), so that deriving a counter key never grows the buffer.
 const WINDOW_DIGITS: usize = 39;
 
+/// The bytes of a long key kept readable in its [`CounterKey::compact`] form.
+pub const COMPACT_PREFIX: usize = 48;
+
 /// The encoded identity of one counter. Cheap to clone.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CounterKey(Arc<str>);
@@ -62,6 +65,31 @@ impl CounterKey {
     /// The encoded form, e.g. `{api:user=alice}60000`.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// This key if it is at most `max` bytes long, else a short stand-in that names the same
+    /// counter: `#`, the key's first bytes (up to [`COMPACT_PREFIX`], for whoever reads it), `#` and
+    /// the SHA-256 of the whole key in hex. Every encoded key starts with `{`, so no key stands
+    /// for itself in this form: distinct keys keep distinct stand-ins. The memory store keeps long
+    /// keys this way, so a client that sends 4 KiB values makes counters of about 150 bytes.
+    pub fn compact(&self, max: usize) -> CounterKey {
+        if self.0.len() <= max {
+            return self.clone();
+        }
+        let mut prefix = COMPACT_PREFIX.min(self.0.len());
+        while !self.0.is_char_boundary(prefix) {
+            prefix -= 1;
+        }
+        let digest = ring::digest::digest(&ring::digest::SHA256, self.0.as_bytes());
+        let mut text = String::with_capacity(2 + prefix + 2 * digest.as_ref().len());
+        text.push('#');
+        text.push_str(&self.0[..prefix]);
+        text.push('#');
+        for byte in digest.as_ref() {
+            // Writing to a String cannot fail.
+            let _ = write!(text, "{byte:02x}");
+        }
+        CounterKey(text.into())
     }
 
     /// The Redis Cluster hash tag: the part between the braces.
@@ -211,6 +239,25 @@ mod tests {
         let key = CounterKey::new("api", [("user", "alice"), ("path", "/login")], MIN);
         assert_eq!(key.as_str(), "{api:user=alice:path=/login}60000");
         assert_eq!(key.hash_tag(), "api:user=alice:path=/login");
+    }
+
+    #[test]
+    fn long_keys_compact_to_distinct_stand_ins() {
+        let short = CounterKey::new("api", [("user", "alice")], MIN);
+        assert_eq!(short.compact(64), short);
+        let long = |value: &str| CounterKey::new("api", [("user", value)], MIN);
+        let a = long(&"é".repeat(100)).compact(64);
+        let b = long(&format!("{}x", "é".repeat(100))).compact(64);
+        assert_ne!(a, b);
+        assert_eq!(
+            a,
+            long(&"é".repeat(100)).compact(64),
+            "the same key, the same stand-in"
+        );
+        assert!(a.as_str().starts_with("#{api:user=%C3%A9"), "{a}");
+        assert!(a.as_str().len() <= 2 + COMPACT_PREFIX + 64, "{a}");
+        // The stand-in's own text, as a key, is kept as it is or compacted again: never the same.
+        assert_ne!(a.compact(1000), long(a.as_str()).compact(1000));
     }
 
     #[test]

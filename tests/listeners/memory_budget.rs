@@ -14,6 +14,9 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 1000 }
 "#;
 
+/// Flood calls, each of 64 new counters.
+const CALLS: usize = 2000;
+
 /// OK and OVER_LIMIT in the response's `Code`.
 const OK: i32 = 1;
 const OVER: i32 = 2;
@@ -38,11 +41,12 @@ async fn a_flood_of_distinct_values_stays_within_the_budget() {
     assert_eq!(code(&[("tenant", "under")]).await, OK);
     let rss_before = server.rss_kib();
 
-    // 400 calls of 64 distinct 4 KiB values each: 105 MB of counters if all were kept.
+    // 1,100 calls of 64 distinct 4 KiB values each: 290 MB of counters if all were kept verbatim,
+    // about 21 MB under their compact keys (some 300 bytes per counter).
     let padding = "v".repeat(4080);
     let mut flood_client = server.client().await;
     let mut refused_calls = 0;
-    for call in 0..400 {
+    for call in 0..CALLS {
         let descriptors = (0..64)
             .map(|i| descriptor(&[("flood", &format!("{call:05}-{i:03}-{padding}"))]))
             .collect();
@@ -58,12 +62,12 @@ async fn a_flood_of_distinct_values_stays_within_the_budget() {
     let max = metric_value(&metrics, "slidegate_memory_store_max_bytes");
     let refused = metric_value(&metrics, "slidegate_memory_store_refused_total");
     eprintln!(
-        "flood: {refused_calls} of 400 calls refused, {held} bytes held of {max}, RSS +{grown_mib} MiB"
+        "flood: {refused_calls} of {CALLS} calls refused, {held} bytes held of {max}, RSS +{grown_mib} MiB"
     );
     assert_eq!(max, 32.0 * 1024.0 * 1024.0);
     assert!(
-        refused_calls > 200 && refused >= refused_calls as f64,
-        "{metrics}"
+        refused_calls > 100 && refused >= refused_calls as f64,
+        "{refused_calls} calls refused\n{metrics}"
     );
     assert!(held < max + 1024.0 * 1024.0, "held {held} of {max}");
     assert!(

@@ -100,8 +100,16 @@ fn unreachable() -> ! {
 /// The default budget: [`CGROUP_SHARE`] of the container's memory limit where cgroup v2 states
 /// one (`/sys/fs/cgroup/memory.max`), else [`DEFAULT_MAX_BYTES`].
 pub fn default_max_bytes() -> u64 {
-    std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .ok()
+    budget_for(
+        std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+            .ok()
+            .as_deref(),
+    )
+}
+
+/// The default budget for the text of `memory.max` (`max` where the container has no limit).
+fn budget_for(memory_max: Option<&str>) -> u64 {
+    memory_max
         .and_then(|text| text.trim().parse::<u64>().ok())
         .map_or(DEFAULT_MAX_BYTES, |limit| {
             (limit as f64 * CGROUP_SHARE) as u64
@@ -159,6 +167,34 @@ mod tests {
         clock.advance(Duration::from_secs(120));
         store.sweep();
         assert_eq!(store.held_bytes(), store.stats().heap_bytes as u64);
+    }
+
+    #[test]
+    fn the_default_is_half_the_container_limit() {
+        assert_eq!(budget_for(Some("536870912\n")), 256 << 20);
+        assert_eq!(budget_for(Some("max\n")), DEFAULT_MAX_BYTES);
+        assert_eq!(budget_for(None), DEFAULT_MAX_BYTES);
+    }
+
+    /// A counter of a 4 KiB value is kept under its compact key: under 1 KiB with its map, not 4 KiB,
+    /// and two long values that differ only in their last byte are still two counters.
+    #[test]
+    fn long_values_cost_a_compact_key() {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_800_000_000)));
+        let store = MemoryStore::new(clock);
+        let long = "x".repeat(4096);
+        let a = counter(&format!("{long}a"), 1, 1, Precision::Exact);
+        let b = counter(&format!("{long}b"), 1, 1, Precision::Exact);
+        assert!(store.decide_now(std::slice::from_ref(&a)).allowed);
+        let one = store.held_bytes();
+        assert!(one < 1024, "{one} bytes for one counter and its map");
+        assert!(store.decide_now(std::slice::from_ref(&b)).allowed);
+        assert!(
+            !store.decide_now(std::slice::from_ref(&a)).allowed,
+            "a is full"
+        );
+        assert!(!store.decide_now(&[b]).allowed, "b is full");
+        assert_eq!(store.stats().counters, 2);
     }
 
     /// At the budget a new counter is over limit and nothing is created; existing counters decide
