@@ -42,7 +42,6 @@
 //! ([`CounterKey::compact`]), so such a counter costs about 150 bytes of key instead of its
 //! values' length: the memory budget then holds some 20 times more of a flood's counters.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +58,7 @@ use super::{
 use crate::Scratch;
 use buckets::Buckets;
 pub use budget::{MemoryBudget, default_max_bytes};
+use budget::{SLOT, compact_keys, counter_bytes, shard_bytes};
 use log::Log;
 
 mod buckets;
@@ -212,7 +212,8 @@ impl MemoryStore {
     /// Decides one request now. The async [`Store::decide`] only wraps this; it never blocks on
     /// anything but the shard locks, which are held for microseconds.
     pub fn decide_now(&self, counters: &[Counter]) -> Decision {
-        let counters = &*compact_keys(decided_forms(counters));
+        let lighter = self.budget.lighter_forms(counters);
+        let counters = &*compact_keys(decided_forms(&lighter));
         let now = micros(self.clock.now()).saturating_sub(self.epoch);
         let shard_of: Scratch<usize> = counters.iter().map(|c| self.shard_of(&c.key)).collect();
         let mut order = shard_of.clone();
@@ -489,52 +490,6 @@ fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> (Cou
         reset_after: Duration::from_micros(reset),
     };
     (result, bytes)
-}
-
-/// A map slot: a key and its tally, plus hashbrown's control byte.
-const SLOT: usize = std::mem::size_of::<(CounterKey, Tally)>() + 1;
-
-/// Counters whose keys are longer than [`MAX_KEY_BYTES`], under their compact stand-ins
-/// ([`CounterKey::compact`]): a key as long as a client's values would otherwise cost its bytes
-/// for the counter's whole window. Borrowed when every key is short (the usual request).
-fn compact_keys(counters: Cow<'_, [Counter]>) -> Cow<'_, [Counter]> {
-    if counters
-        .iter()
-        .all(|c| c.key.as_str().len() <= MAX_KEY_BYTES)
-    {
-        return counters;
-    }
-    let mut counters = counters.into_owned();
-    for counter in &mut counters {
-        counter.key = counter.key.compact(MAX_KEY_BYTES);
-    }
-    Cow::Owned(counters)
-}
-
-/// The bytes a counter holds besides its map slot: its key (an `Arc<str>` allocates two counts
-/// and the bytes) and its ring of runs or buckets, each as the allocator's chunk.
-fn counter_bytes(key: &CounterKey, series: &dyn Series) -> usize {
-    chunk(key.as_str().len() + 16) + chunk(series.heap_bytes())
-}
-
-/// What an allocation of `bytes` takes from the heap: the binary's allocator (mimalloc) serves
-/// it from a size class, multiples of 8 up to 64 bytes and then steps of an eighth of the next
-/// power of two (a key of 114 bytes and its two counts, 130 bytes, take 160). Counting the class
-/// keeps the figure near RSS for many small counters.
-fn chunk(bytes: usize) -> usize {
-    if bytes <= 64 {
-        return bytes.next_multiple_of(8);
-    }
-    bytes.next_multiple_of(bytes.next_power_of_two() / 8)
-}
-
-/// The bytes a shard holds: its map's slots and every counter.
-fn shard_bytes(map: &Shard) -> usize {
-    map.capacity() * SLOT
-        + map
-            .iter()
-            .map(|(key, tally)| counter_bytes(key, tally.series()))
-            .sum::<usize>()
 }
 
 fn signed(bytes: usize) -> i64 {
