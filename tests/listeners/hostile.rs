@@ -1664,7 +1664,8 @@ async fn redis_passwords_never_leak() {
 // real binary with one worker (so that the attacker and a normal client share it), while the
 // normal client calls `ShouldRateLimit` every 10 ms on a connection of its own. The limits are
 // set through SLIDEGATE_* variables, which a binary without them ignores, so each test can be run
-// against an older build to see it fail.
+// against an older build to see it fail. The runner in `attack.rs` keeps these attacks going
+// against a running server for `bench/scripts/bench-attacks`, with the helpers below.
 
 /// The bound on every call of the normal client during an attack (a debug build on a shared
 /// machine: the calls take well under a millisecond when nothing else runs).
@@ -1725,10 +1726,11 @@ async fn peak_rss(pid: u32, until: Instant) -> u64 {
     peak
 }
 
-const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+pub(super) const SHOULD_RATE_LIMIT: &str =
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// An HTTP/2 connection to the gRPC port (the h2 client, with `builder`'s settings).
-async fn h2_connection(
+pub(super) async fn h2_connection(
     port: u16,
     builder: h2::client::Builder,
 ) -> h2::client::SendRequest<bytes::Bytes> {
@@ -1740,7 +1742,7 @@ async fn h2_connection(
     sender.ready().await.expect("ready")
 }
 
-fn grpc_request(port: u16, path: &str) -> http::Request<()> {
+pub(super) fn grpc_request(port: u16, path: &str) -> http::Request<()> {
     http::Request::post(format!("http://127.0.0.1:{port}{path}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
@@ -1750,7 +1752,10 @@ fn grpc_request(port: u16, path: &str) -> http::Request<()> {
 
 /// Sends `bytes` on `stream` as fast as the server's flow-control window lets it (never more:
 /// the attacker's own memory stays small), then holds the stream open without ending it.
-async fn send_as_window_allows(mut stream: h2::SendStream<bytes::Bytes>, bytes: bytes::Bytes) {
+pub(super) async fn send_as_window_allows(
+    mut stream: h2::SendStream<bytes::Bytes>,
+    bytes: bytes::Bytes,
+) {
     let mut left = bytes;
     while !left.is_empty() {
         stream.reserve_capacity(left.len());
@@ -1884,7 +1889,7 @@ async fn replies_wait_for_the_clients_window() {
 
 /// Whether the server closes `stream` within `within`: a read sees the end or an error. Bytes
 /// the server sends first (a 408, a GOAWAY) are read and skipped.
-async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+pub(super) async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
     use tokio::io::AsyncReadExt as _;
     let deadline = tokio::time::Instant::now() + within;
     let mut buf = [0u8; 4096];
@@ -2074,7 +2079,7 @@ async fn idle_and_slow_connections_are_closed_and_capped() {
 }
 
 /// An HTTP/2 frame header and payload.
-fn h2_frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+pub(super) fn h2_frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
     let length = u32::try_from(payload.len()).expect("small").to_be_bytes();
     let mut frame = vec![length[1], length[2], length[3], kind, flags, 0, 0, 0, 0];
     frame.extend_from_slice(payload);
@@ -2083,7 +2088,7 @@ fn h2_frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
 
 /// Floods `frame` (after the preface and an empty SETTINGS) as fast as the connection takes it,
 /// reading whatever comes back, for up to `within`: whether the server closed the connection.
-async fn flood(port: u16, frame: &[u8], within: Duration) -> bool {
+pub(super) async fn flood(port: u16, frame: &[u8], within: Duration) -> bool {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -2286,121 +2291,4 @@ async fn a_drain_answers_open_calls_and_is_not_held_by_idle_connections() {
     let log = server.log();
     assert!(!log.contains("still in flight"), "{log}");
     drop((deaf, half_headers, stream));
-}
-
-/// Not a test: the attacks above, for as long as asked, against a server already running, for
-/// docs/benchmarks.md (a normal client's latency during each attack). `ATTACK` is one of
-/// `half-sent`, `window-0`, `silent`, `ping`, `settings`, `reset`; `ATTACK_GRPC_PORT`,
-/// `ATTACK_HTTP_PORT` and `ATTACK_SECONDS` say where and how long:
-///
-/// ```text
-/// ATTACK=ping ATTACK_GRPC_PORT=50051 ATTACK_HTTP_PORT=8080 ATTACK_SECONDS=12 \
-///     cargo test --test listeners -- --ignored --exact hostile::attack
-/// ```
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "an attack on a running server, for benchmarks"]
-async fn attack() {
-    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("set {name}"));
-    let port = |name: &str| var(name).parse::<u16>().expect("a port");
-    let (kind, grpc, http) = (
-        var("ATTACK"),
-        port("ATTACK_GRPC_PORT"),
-        port("ATTACK_HTTP_PORT"),
-    );
-    let seconds: u64 = var("ATTACK_SECONDS").parse().expect("seconds");
-    let until = Instant::now() + Duration::from_secs(seconds);
-    let left = || until.saturating_duration_since(Instant::now());
-    let mut tasks = tokio::task::JoinSet::new();
-    match kind.as_str() {
-        "ping" | "settings" => {
-            let frame = if kind == "ping" {
-                h2_frame(6, 0, &[7; 8])
-            } else {
-                h2_frame(4, 0, &[0, 3, 0, 0, 0, 100])
-            };
-            while !left().is_zero() {
-                flood(grpc, &frame, left()).await;
-            }
-        }
-        "half-sent" => {
-            let mut body = vec![0u8, 0, 0x40, 0, 0];
-            body.resize(5 + (4 << 20) - 1, 0);
-            let body = bytes::Bytes::from(body);
-            for _ in 0..4 {
-                let body = body.clone();
-                tasks.spawn(async move {
-                    let mut sender = h2_connection(grpc, h2::client::Builder::new()).await;
-                    let mut responses = Vec::new();
-                    let mut streams = tokio::task::JoinSet::new();
-                    while Instant::now() < until {
-                        let Ok(ready) = sender.ready().await else {
-                            break;
-                        };
-                        sender = ready;
-                        let request = grpc_request(grpc, SHOULD_RATE_LIMIT);
-                        let Ok((response, stream)) = sender.send_request(request, false) else {
-                            break;
-                        };
-                        responses.push(response);
-                        streams.spawn(send_as_window_allows(stream, body.clone()));
-                        if responses.len() >= 64 {
-                            // Wait for one call to end (the body timeout) before opening another.
-                            let _ = responses.remove(0).await;
-                        }
-                    }
-                });
-            }
-        }
-        "window-0" => {
-            use tonic_reflection::pb::v1::ServerReflectionRequest;
-            use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-            let symbol = "envoy.service.ratelimit.v3.RateLimitService".to_string();
-            let one = ServerReflectionRequest {
-                host: String::new(),
-                message_request: Some(MessageRequest::FileContainingSymbol(symbol)),
-            };
-            let requests = bytes::Bytes::from(grpc_frame(&one.encode_to_vec()).repeat(18_000));
-            while !left().is_zero() {
-                let mut builder = h2::client::Builder::new();
-                builder.initial_window_size(0);
-                let mut sender = h2_connection(grpc, builder).await;
-                let path = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
-                sender = sender.ready().await.expect("ready");
-                let (_response, stream) = sender
-                    .send_request(grpc_request(grpc, path), false)
-                    .expect("open the stream");
-                let _ =
-                    tokio::time::timeout(left(), send_as_window_allows(stream, requests.clone()))
-                        .await;
-            }
-        }
-        "silent" => {
-            for i in 0..3000 {
-                let port = if i % 2 == 0 { grpc } else { http };
-                tasks.spawn(async move {
-                    while Instant::now() < until {
-                        if let Ok(mut stream) =
-                            tokio::net::TcpStream::connect(("127.0.0.1", port)).await
-                        {
-                            let left = until.saturating_duration_since(Instant::now());
-                            closed_within(&mut stream, left).await;
-                        }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                });
-            }
-        }
-        "reset" => {
-            while !left().is_zero() {
-                for port in [grpc, http] {
-                    if let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                        let _ = stream.set_zero_linger();
-                    }
-                }
-            }
-        }
-        other => panic!("unknown attack {other}"),
-    }
-    let _ =
-        tokio::time::timeout(left(), async { while tasks.join_next().await.is_some() {} }).await;
 }

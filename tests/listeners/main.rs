@@ -1,5 +1,6 @@
-//! The `slidegate` binary and its listeners: gRPC and HTTP services, hostile clients, Unix
-//! sockets, TLS, reloads, traces and the xDS rule source.
+//! The `slidegate` binary and its listeners: gRPC and HTTP services, hostile clients (and the
+//! attacker `bench/scripts/bench-attacks` runs), Unix sockets, TLS, reloads, traces and the xDS
+//! rule source.
 
 #[path = "../support/otlp.rs"]
 mod otlp;
@@ -10,6 +11,7 @@ mod otlp;
 mod support;
 
 mod age;
+mod attack;
 mod byte_values;
 mod charges;
 mod eg_translator;
