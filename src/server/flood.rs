@@ -1,4 +1,5 @@
-//! A per-connection allowance of HTTP/2 control frames (PING, SETTINGS, PRIORITY).
+//! A per-connection allowance of HTTP/2 control frames (PING, SETTINGS, PRIORITY, and
+//! WINDOW_UPDATE apart).
 //!
 //! Why: the HTTP/2 library answers every PING and SETTINGS frame itself, and a client that sends
 //! them as fast as it can, reading the answers, keeps the worker that serves its connection busy
@@ -12,6 +13,12 @@
 //! probing does) never runs out, while a flood is cut off within a fraction of a second.
 //! Connections that do not start with the HTTP/2 preface (HTTP/1.1 on the HTTP port) pass through
 //! unmetered.
+//!
+//! WINDOW_UPDATE frames have an allowance of their own, of the same size: a client sends them as
+//! it reads what the server sends, so each request earns one, and so does every
+//! [`WINDOW_BYTES`] the server writes to the connection (a client that reads a large answer in
+//! small steps never runs out). A flood of them, with nothing sent to earn them, ends the
+//! connection like a PING flood.
 
 use std::io;
 use std::pin::Pin;
@@ -32,6 +39,11 @@ const HEADERS: u8 = 0x1;
 const PRIORITY: u8 = 0x2;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
+const WINDOW_UPDATE: u8 = 0x8;
+
+/// Bytes the server writes for each WINDOW_UPDATE a client earns (the largest frame's payload by
+/// default).
+pub const WINDOW_BYTES: usize = 16 << 10;
 const ACK: u8 = 0x1;
 
 /// A connection's I/O whose reads are metered (see the module documentation).
@@ -39,6 +51,10 @@ pub struct Metered<IO> {
     io: IO,
     frames: Frames,
     allowance: Allowance,
+    /// WINDOW_UPDATE frames (see the module documentation).
+    window_updates: Allowance,
+    /// Bytes written since the last WINDOW_UPDATE they earned.
+    written: usize,
 }
 
 impl<IO> Metered<IO> {
@@ -47,6 +63,20 @@ impl<IO> Metered<IO> {
             io,
             frames: Frames::Preface(0),
             allowance: Allowance::new(),
+            window_updates: Allowance::new(),
+            written: 0,
+        }
+    }
+
+    /// `n` more bytes written: a WINDOW_UPDATE earned for every [`WINDOW_BYTES`].
+    fn wrote(&mut self, n: usize) {
+        if matches!(self.frames, Frames::Other) {
+            return;
+        }
+        self.written += n;
+        while self.written >= WINDOW_BYTES {
+            self.written -= WINDOW_BYTES;
+            self.window_updates.earn();
         }
     }
 
@@ -59,6 +89,12 @@ impl<IO> Metered<IO> {
             let control = matches!(kind, PING | SETTINGS) && flags & ACK == 0 || kind == PRIORITY;
             if kind == HEADERS {
                 self.allowance.earn();
+                self.window_updates.earn();
+            } else if kind == WINDOW_UPDATE && !self.window_updates.take() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "too many HTTP/2 WINDOW_UPDATE frames for what was sent",
+                ));
             } else if control && !self.allowance.take() {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -183,7 +219,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let written = ready!(Pin::new(&mut self.io).poll_write(cx, buf))?;
+        self.wrote(written);
+        Poll::Ready(Ok(written))
     }
 
     fn poll_write_vectored(
@@ -191,7 +229,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Metered<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let written = ready!(Pin::new(&mut self.io).poll_write_vectored(cx, bufs))?;
+        self.wrote(written);
+        Poll::Ready(Ok(written))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -242,6 +282,30 @@ mod tests {
             flood = flood.and_then(|()| metered.scan(&frame(PING, 0, 8)));
         }
         assert!(flood.is_err(), "a PING flood ends the connection");
+    }
+
+    #[tokio::test]
+    async fn window_updates_are_earned_by_requests_and_bytes_sent() {
+        let mut metered = Metered::new(());
+        metered.scan(PREFACE).expect("preface");
+        for _ in 0..BURST * 2 {
+            metered.scan(&frame(HEADERS, 0, 30)).expect("requests");
+            metered
+                .scan(&frame(WINDOW_UPDATE, 0, 4))
+                .expect("one per answer");
+        }
+        // A large answer read in small steps: one per WINDOW_BYTES sent.
+        for _ in 0..3000 {
+            metered.wrote(WINDOW_BYTES);
+            metered
+                .scan(&frame(WINDOW_UPDATE, 0, 4))
+                .expect("earned by the bytes sent");
+        }
+        let mut flood = Ok(());
+        for _ in 0..BURST * 2 {
+            flood = flood.and_then(|()| metered.scan(&frame(WINDOW_UPDATE, 0, 4)));
+        }
+        assert!(flood.is_err(), "a WINDOW_UPDATE flood ends the connection");
     }
 
     #[tokio::test]

@@ -28,6 +28,10 @@ const FALLBACK_MAX_CONNECTIONS: usize = 10_000;
 pub struct ServerLimits {
     /// Open connections on both ports together.
     pub max_connections: usize,
+    /// Open connections on the operator listener, counted apart from the data ports (and
+    /// per peer against this cap alone), so that clients of the data ports at their cap cannot
+    /// keep operators or Prometheus out.
+    pub admin_max_connections: usize,
     /// Open connections from one peer IP address, on both ports together.
     pub max_connections_per_peer: usize,
     /// gRPC: time to the HTTP/2 preface. HTTP: time to a request's complete headers (hyper's
@@ -56,6 +60,7 @@ pub struct ServerLimits {
 
 impl ServerLimits {
     pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 1024;
+    pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
     pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
     pub const DEFAULT_GRPC_MAX_CONNECTION_AGE_GRACE: Duration = Duration::from_secs(60);
@@ -70,6 +75,7 @@ impl Default for ServerLimits {
         ServerLimits {
             max_connections: default_max_connections(),
             max_connections_per_peer: Self::DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            admin_max_connections: Self::DEFAULT_ADMIN_MAX_CONNECTIONS,
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
             grpc_max_connection_age: Duration::ZERO,
@@ -137,9 +143,23 @@ struct Open {
 
 impl Admission {
     pub fn new(limits: &ServerLimits, metrics: Arc<ServerMetrics>) -> Arc<Admission> {
+        Admission::with_caps(
+            limits.max_connections,
+            limits.max_connections_per_peer,
+            metrics,
+        )
+    }
+
+    /// The operator listener's own allowance ([`ServerLimits::admin_max_connections`]).
+    pub fn for_operators(limits: &ServerLimits, metrics: Arc<ServerMetrics>) -> Arc<Admission> {
+        let cap = limits.admin_max_connections;
+        Admission::with_caps(cap, cap, metrics)
+    }
+
+    fn with_caps(max_total: usize, max_per_peer: usize, metrics: Arc<ServerMetrics>) -> Arc<Self> {
         Arc::new(Admission {
-            max_total: limits.max_connections,
-            max_per_peer: limits.max_connections_per_peer,
+            max_total,
+            max_per_peer,
             open: Mutex::new(Open::default()),
             metrics,
         })
@@ -217,6 +237,7 @@ mod tests {
         let limits = ServerLimits {
             max_connections: 3,
             max_connections_per_peer: 2,
+            admin_max_connections: 1,
             ..ServerLimits::default()
         };
         let admission = Admission::new(&limits, Arc::new(ServerMetrics::default()));

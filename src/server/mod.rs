@@ -82,7 +82,8 @@ impl Workers {
         metrics: Arc<ServerMetrics>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<Workers> {
-        let admission = Admission::new(&limits, metrics);
+        let admission = Admission::new(&limits, Arc::clone(&metrics));
+        let operators = Admission::for_operators(&limits, metrics);
         let limits = Arc::new(limits);
         let buffered = Arc::new(Semaphore::new(
             limits.max_buffered_bytes.min(Semaphore::MAX_PERMITS),
@@ -117,14 +118,18 @@ impl Workers {
                     let _ = exit_tx.send((name, outcome));
                 })?;
         }
-        let acceptor = |listener, name| Acceptor {
+        let acceptor = |listener, name, admission: &Arc<Admission>| Acceptor {
             listener,
             name,
-            admission: Arc::clone(&admission),
+            admission: Arc::clone(admission),
         };
-        tokio::spawn(acceptor(listeners.grpc, "grpc").run(grpc_handoffs, stop.clone()));
-        tokio::spawn(acceptor(listeners.http, "http").run(http_handoffs, stop.clone()));
-        tokio::spawn(acceptor(listeners.admin, "admin").run(admin_handoffs, stop));
+        let grpc = acceptor(listeners.grpc, "grpc", &admission);
+        tokio::spawn(grpc.run(grpc_handoffs, stop.clone()));
+        let http = acceptor(listeners.http, "http", &admission);
+        tokio::spawn(http.run(http_handoffs, stop.clone()));
+        // The operator listener counts apart: data-port clients at their cap cannot take it.
+        let admin = acceptor(listeners.admin, "admin", &operators);
+        tokio::spawn(admin.run(admin_handoffs, stop));
         Ok(Workers { exited, count })
     }
 

@@ -14,7 +14,7 @@ pub struct ServerSettings {
     /// How long to let in-flight calls finish after SIGTERM/SIGINT, e.g. `5s`.
     #[arg(long, env = "SLIDEGATE_DRAIN_TIMEOUT", default_value = spelled!(ServerLimits::DEFAULT_DRAIN_TIMEOUT), value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
-    /// Most open connections, gRPC and HTTP ports together; more are closed as they are accepted
+    /// Most open connections, gRPC and HTTP ports together (the operator listener counts apart); more are closed as they are accepted
     /// and counted in `slidegate_connections_refused_total` [default: the soft file-descriptor
     /// limit (`ulimit -n`) less 64].
     #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS", default_value_t = default_max_connections(), hide_default_value = true, value_parser = clap::value_parser!(usize))]
@@ -26,6 +26,11 @@ pub struct ServerSettings {
         default_value_t = ServerLimits::DEFAULT_MAX_CONNECTIONS_PER_PEER
     )]
     pub max_connections_per_peer: usize,
+    /// Most open connections on the operator listener (--admin-addr), from all peers and from
+    /// one; counted apart from --max-connections, so that clients of the data ports at their cap
+    /// cannot keep operators or Prometheus out.
+    #[arg(long, env = "SLIDEGATE_ADMIN_MAX_CONNECTIONS", default_value_t = ServerLimits::DEFAULT_ADMIN_MAX_CONNECTIONS)]
+    pub admin_max_connections: usize,
     /// Time a new connection has to start, counted from accept (a TLS handshake included):
     /// gRPC, the HTTP/2 preface; HTTP, the first byte, then each request's headers (which also
     /// closes an HTTP/1.1 connection idle that long between requests).
@@ -65,6 +70,7 @@ impl ServerSettings {
         ServerLimits {
             max_connections: self.max_connections,
             max_connections_per_peer: self.max_connections_per_peer,
+            admin_max_connections: self.admin_max_connections,
             handshake_timeout: self.handshake_timeout,
             idle_timeout: self.idle_timeout,
             grpc_max_connection_age: self.grpc_max_connection_age,

@@ -17,6 +17,7 @@ mod charges;
 mod eg_translator;
 mod guarantee;
 mod hostile;
+mod http_bounds;
 mod memory_budget;
 mod reload;
 mod service;
