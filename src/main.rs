@@ -254,7 +254,9 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
         http: data_router(state.clone(), requests.max_body_bytes),
         admin: admin_router(state),
     };
-    let limits = (server.limits(), tls);
+    let mut limits = server.limits();
+    limits.http_max_body_bytes = requests.max_body_bytes;
+    let limits = (limits, tls);
     let mut workers = Workers::start(
         usize::from(server.workers),
         listeners,

@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 
 use super::flood::Metered;
 use super::grpc_port::MAX_CONCURRENT_CALLS;
+use super::http_budget::{CONNECTION_WINDOW, ConnectionShare, HttpBudget, STREAM_WINDOW};
 use super::limits::ServerLimits;
 use super::tls::{self, Listener, Stream, Tls};
 use super::{Handoff, stopped, take_over};
@@ -36,7 +37,7 @@ use super::{Handoff, stopped, take_over};
 pub async fn serve(
     mut handoffs: mpsc::UnboundedReceiver<Handoff>,
     app: Router,
-    limits: &ServerLimits,
+    (limits, budget): (&ServerLimits, Option<HttpBudget>),
     (tls, listener): (Option<Arc<Tls>>, Listener),
     stop: watch::Receiver<bool>,
     drain_over: watch::Receiver<bool>,
@@ -45,6 +46,7 @@ pub async fn serve(
     let app = app.layer(axum::middleware::from_fn(move |request, next| {
         within(body_timeout, request, next)
     }));
+
     let builder = builder(limits);
     let (handshake_timeout, idle_timeout) = (limits.handshake_timeout, limits.idle_timeout);
     let mut connections = JoinSet::new();
@@ -62,6 +64,7 @@ pub async fn serve(
                         app: app.clone(),
                         handshake_timeout,
                         idle_timeout,
+                        budget: budget.as_ref().map(HttpBudget::for_connection),
                         stop: stop.clone(),
                         drain_over: drain_over.clone(),
                     };
@@ -91,6 +94,8 @@ struct Connection {
     app: Router,
     handshake_timeout: Duration,
     idle_timeout: Duration,
+    /// This connection's share of the HTTP port's buffer budget (none on the operator listener).
+    budget: Option<ConnectionShare>,
     stop: watch::Receiver<bool>,
     drain_over: watch::Receiver<bool>,
 }
@@ -108,17 +113,25 @@ impl Connection {
             return;
         }
         let activity = Arc::new(Activity::default());
+        // Outside the body timeout: a request that does not fit is answered before anything else.
+        let app = match self.budget {
+            Some(share) => self
+                .app
+                .layer(axum::middleware::from_fn(move |request, next| {
+                    share.clone().admit(request, next)
+                })),
+            None => self.app,
+        };
         let app = {
             let activity = Arc::clone(&activity);
-            self.app
-                .layer(axum::middleware::from_fn(move |request, next: Next| {
-                    let in_flight = InFlight::begin(&activity);
-                    async move {
-                        let response = next.run(request).await;
-                        drop(in_flight);
-                        response
-                    }
-                }))
+            app.layer(axum::middleware::from_fn(move |request, next: Next| {
+                let in_flight = InFlight::begin(&activity);
+                async move {
+                    let response = next.run(request).await;
+                    drop(in_flight);
+                    response
+                }
+            }))
         };
         let connection = self.builder.serve_connection(
             TokioIo::new(Metered::new(io)),
@@ -204,6 +217,8 @@ fn builder(limits: &ServerLimits) -> Builder<TokioExecutor> {
         .keep_alive_interval(keepalive)
         .keep_alive_timeout(limits.keepalive_interval)
         .max_concurrent_streams(MAX_CONCURRENT_CALLS)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .max_header_list_size(16 << 10);
     builder
 }

@@ -53,6 +53,11 @@ pub struct ServerLimits {
     /// Request bytes the gRPC port holds, all connections together, beyond what flow control
     /// lets a client send unasked.
     pub max_buffered_bytes: usize,
+    /// Request bytes the HTTP port holds, all connections together (see `http_budget`).
+    pub http_max_buffered_bytes: usize,
+    /// What an HTTP request without a declared length reserves of that budget: the largest body
+    /// the HTTP port reads (`--max-body-bytes`).
+    pub http_max_body_bytes: usize,
     /// After SIGTERM, how long calls in flight may take; at the end, those still open are
     /// answered UNAVAILABLE.
     pub drain_timeout: Duration,
@@ -67,6 +72,8 @@ impl ServerLimits {
     pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
     pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 64 << 20;
+    pub const DEFAULT_HTTP_MAX_BUFFERED_BYTES: usize = 16 << 20;
+    pub const DEFAULT_HTTP_MAX_BODY_BYTES: usize = 64 << 10;
     pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 }
 
@@ -83,6 +90,8 @@ impl Default for ServerLimits {
             body_timeout: Self::DEFAULT_BODY_TIMEOUT,
             keepalive_interval: Self::DEFAULT_KEEPALIVE_INTERVAL,
             max_buffered_bytes: Self::DEFAULT_MAX_BUFFERED_BYTES,
+            http_max_buffered_bytes: Self::DEFAULT_HTTP_MAX_BUFFERED_BYTES,
+            http_max_body_bytes: Self::DEFAULT_HTTP_MAX_BODY_BYTES,
             drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
         }
     }

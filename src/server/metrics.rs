@@ -1,7 +1,7 @@
 //! The listeners' metric families: connections refused at accept, and the TLS handshakes,
 //! reloads and certificate expiry.
 
-use prometheus::{IntCounterVec, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use crate::metrics::Metrics;
 
@@ -12,6 +12,7 @@ pub struct ServerMetrics {
     tls_handshake_failures: IntCounterVec,
     tls_reloads: IntCounterVec,
     tls_expiry: IntGauge,
+    http_buffer_refused: IntCounter,
 }
 
 impl Default for ServerMetrics {
@@ -49,6 +50,11 @@ impl ServerMetrics {
             "slidegate_tls_certificate_expiry_timestamp_seconds",
             "When the certificate the listeners serve expires, Unix time (with TLS on).",
         )?;
+        let http_buffer_refused = metrics.counter(
+            "slidegate_http_buffer_refused_total",
+            "HTTP requests answered 503 because the HTTP port's buffer budget \
+             (--http-max-buffered-bytes) had no room for them.",
+        )?;
         for result in ["success", "failure"] {
             tls_reloads.with_label_values(&[result]);
         }
@@ -57,7 +63,13 @@ impl ServerMetrics {
             tls_handshake_failures,
             tls_reloads,
             tls_expiry,
+            http_buffer_refused,
         })
+    }
+
+    /// The counter of HTTP requests refused for want of buffer room.
+    pub fn http_buffer_refused(&self) -> IntCounter {
+        self.http_buffer_refused.clone()
     }
 
     /// A connection refused at accept because of a connection cap.

@@ -30,6 +30,7 @@ use tokio::task::JoinSet;
 pub mod budget;
 pub mod flood;
 pub mod grpc_port;
+pub mod http_budget;
 mod http_port;
 pub mod limits;
 pub mod metrics;
@@ -39,6 +40,7 @@ pub mod tls;
 use crate::throttle::Throttle;
 use flood::Metered;
 use grpc_port::{GrpcApp, Serving};
+use http_budget::HttpBudget;
 use limits::{Admission, ServerLimits, Ticket};
 use metrics::ServerMetrics;
 use socket::{Bound, Conn, Io, Peer};
@@ -82,6 +84,11 @@ impl Workers {
         metrics: Arc<ServerMetrics>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<Workers> {
+        let http_budget = HttpBudget::new(
+            limits.http_max_buffered_bytes,
+            limits.http_max_body_bytes,
+            metrics.http_buffer_refused(),
+        );
         let admission = Admission::new(&limits, Arc::clone(&metrics));
         let operators = Admission::for_operators(&limits, metrics);
         let limits = Arc::new(limits);
@@ -107,6 +114,7 @@ impl Workers {
                 admin: admin_rx,
                 limits: Arc::clone(&limits),
                 buffered: Arc::clone(&buffered),
+                http_budget: http_budget.clone(),
                 tls: tls.clone(),
                 stop: stop.clone(),
             };
@@ -237,6 +245,8 @@ struct Worker {
     admin: mpsc::UnboundedReceiver<Handoff>,
     limits: Arc<ServerLimits>,
     buffered: Arc<Semaphore>,
+    /// The HTTP port's budget of buffered request bytes, shared by every worker.
+    http_budget: HttpBudget,
     tls: Option<Arc<Tls>>,
     stop: watch::Receiver<bool>,
 }
@@ -275,17 +285,18 @@ impl Worker {
         let http = http_port::serve(
             self.http,
             self.apps.http,
-            &self.limits,
+            (&self.limits, Some(self.http_budget)),
             (self.tls.clone(), Listener::Http),
             self.stop.clone(),
             drain_over.clone(),
         );
         // The operator listener is plaintext unless `--tls-listeners` names it: it belongs on an
         // address only operators reach.
+        // It reads no bodies (a body limit of 0): no budget.
         let admin = http_port::serve(
             self.admin,
             self.apps.admin,
-            &self.limits,
+            (&self.limits, None),
             (self.tls, Listener::Admin),
             self.stop,
             drain_over,

@@ -7,7 +7,8 @@ use crate::limiter::{Options, RequestLimits};
 use crate::store::FailureMode;
 
 /// Largest HTTP request body by default (`--max-body-bytes`).
-const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
+const DEFAULT_MAX_BODY_BYTES: usize =
+    crate::server::limits::ServerLimits::DEFAULT_HTTP_MAX_BODY_BYTES;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RequestSettings {

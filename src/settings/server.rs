@@ -62,6 +62,11 @@ pub struct ServerSettings {
     /// timeout.
     #[arg(long, env = "SLIDEGATE_MAX_BUFFERED_BYTES", default_value_t = ServerLimits::DEFAULT_MAX_BUFFERED_BYTES)]
     pub max_buffered_bytes: usize,
+    /// Bytes of HTTP requests held, all connections of the HTTP port together: each request
+    /// reserves its Content-Length (or --max-body-bytes without one) and its headers until it is
+    /// answered; one that does not fit is answered 503 with Retry-After at once.
+    #[arg(long, env = "SLIDEGATE_HTTP_MAX_BUFFERED_BYTES", default_value_t = ServerLimits::DEFAULT_HTTP_MAX_BUFFERED_BYTES)]
+    pub http_max_buffered_bytes: usize,
 }
 
 impl ServerSettings {
@@ -78,6 +83,8 @@ impl ServerSettings {
             body_timeout: self.body_timeout,
             keepalive_interval: self.keepalive_interval,
             max_buffered_bytes: self.max_buffered_bytes,
+            http_max_buffered_bytes: self.http_max_buffered_bytes,
+            http_max_body_bytes: ServerLimits::DEFAULT_HTTP_MAX_BODY_BYTES,
             drain_timeout: self.drain_timeout,
         }
     }

@@ -1,12 +1,14 @@
 //! The HTTP port and the operator listener under their bounds, through the binary: pipelined
 //! HTTP/1.1 requests are all answered, in order, on one connection; the operator listener has its
 //! own connection allowance, so clients that hold the data ports at `--max-connections` cannot
-//! keep `/metrics` out.
+//! keep `/metrics` out; WINDOW_UPDATE floods are closed; half-sent bodies stay within the HTTP
+//! port's buffer budget.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use super::hostile::{h2_connection, send_as_window_allows};
 use crate::support::{Slidegate, metric_value, wait_until};
 
 const RULES: &str = "domain: pipe\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 50 }\n";
@@ -130,4 +132,60 @@ fn a_window_update_flood_is_closed() {
             "port {port}: still open after 5 s of WINDOW_UPDATE frames"
         );
     }
+}
+
+/// 40 h2c connections each open 100 `POST /json` that announce 65,000 bytes and send 60,000 of
+/// them, for 3 s (before the budget: every body held, 260 MB and more). With the default budget
+/// (16 MiB, at most 256 KiB per connection) RSS grows by less than 64 MiB, the requests that do
+/// not fit are answered 503 and counted, and a normal client's requests are all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_bodies_on_the_http_port_stay_within_the_budget() {
+    let rules = rules();
+    let server = Slidegate::start(rules.path(), &[]);
+    let port = server.port_for("/json");
+    let rss_before = server.rss_kib();
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut attack = tokio::task::JoinSet::new();
+    for _ in 0..40 {
+        let mut sender = h2_connection(port, h2::client::Builder::new()).await;
+        for _ in 0..100 {
+            let request = http::Request::post(format!("http://127.0.0.1:{port}/json"))
+                .header("content-type", "application/json")
+                .header("content-length", "65000")
+                .body(())
+                .expect("request");
+            let Ok((_, stream)) = sender.send_request(request, false) else {
+                break;
+            };
+            attack.spawn(send_as_window_allows(
+                stream,
+                bytes::Bytes::from(vec![b' '; 60_000]),
+            ));
+        }
+    }
+    let normal = reqwest::Client::new();
+    let mut answers = Vec::new();
+    let mut peak = 0;
+    while Instant::now() < until {
+        let answer = normal
+            .post(server.url("/json"))
+            .body(r#"{"domain":"pipe","descriptors":[{"entries":[{"key":"user","value":"n"}]}]}"#)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        answers.push(answer.map(|a| a.status().as_u16()).unwrap_or(0));
+        peak = peak.max(server.rss_kib());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    attack.abort_all();
+    let grown_mib = peak.saturating_sub(rss_before) / 1024;
+    let (_, metrics) = server.get("/metrics");
+    let refused = metric_value(&metrics, "slidegate_http_buffer_refused_total");
+    eprintln!("RSS +{grown_mib} MiB, {refused} refused, normal answers {answers:?}");
+    assert!(grown_mib < 64, "RSS grew by {grown_mib} MiB");
+    assert!(refused >= 1000.0, "{refused} refused");
+    assert!(
+        answers.iter().all(|&a| a == 200 || a == 429),
+        "normal answers {answers:?}"
+    );
 }
