@@ -16,9 +16,9 @@
 //!
 //! WINDOW_UPDATE frames have an allowance of their own, of the same size: a client sends them as
 //! it reads what the server sends, so each request earns one, and so does every
-//! [`WINDOW_BYTES`] the server writes to the connection (a client that reads a large answer in
-//! small steps never runs out). A flood of them, with nothing sent to earn them, ends the
-//! connection like a PING flood.
+//! [`WINDOW_BYTES`] the server writes to the connection: a client that returns window for the
+//! stream and the connection every 1 KiB it reads stays within it. A flood of them, with
+//! nothing sent to earn them, ends the connection like a PING flood.
 
 use std::io;
 use std::pin::Pin;
@@ -41,9 +41,8 @@ const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const WINDOW_UPDATE: u8 = 0x8;
 
-/// Bytes the server writes for each WINDOW_UPDATE a client earns (the largest frame's payload by
-/// default).
-pub const WINDOW_BYTES: usize = 16 << 10;
+/// Bytes the server writes for each WINDOW_UPDATE a client earns: two per KiB.
+pub const WINDOW_BYTES: usize = 512;
 const ACK: u8 = 0x1;
 
 /// A connection's I/O whose reads are metered (see the module documentation).

@@ -97,15 +97,16 @@ impl Default for ServerLimits {
     }
 }
 
-/// The soft `RLIMIT_NOFILE` of this process less [`RESERVED_FDS`]: a connection cap that keeps
-/// descriptors for the store and the rules however many clients connect.
+/// The soft `RLIMIT_NOFILE` of this process less [`RESERVED_FDS`] and the operator listener's
+/// default allowance (which counts apart): a connection cap that keeps descriptors for the store,
+/// the rules and the operators however many clients connect.
 pub fn default_max_connections() -> usize {
+    let kept = RESERVED_FDS + ServerLimits::DEFAULT_ADMIN_MAX_CONNECTIONS as u64;
     std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|limits| soft_open_files(&limits))
         .map_or(FALLBACK_MAX_CONNECTIONS, |soft| {
-            usize::try_from(soft.saturating_sub(RESERVED_FDS).max(1))
-                .unwrap_or(FALLBACK_MAX_CONNECTIONS)
+            usize::try_from(soft.saturating_sub(kept).max(1)).unwrap_or(FALLBACK_MAX_CONNECTIONS)
         })
 }
 

@@ -190,7 +190,7 @@ impl Health {
                     store = kind,
                     %error,
                     "store refuses slidegate's credentials (check the password and user in \
-                     --redis-url): not serving"
+                     --redis-url or --redis-password-file): not serving"
                 ),
                 Condition::OutageIgnored => tracing::warn!(
                     store = kind,

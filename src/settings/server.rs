@@ -14,9 +14,10 @@ pub struct ServerSettings {
     /// How long to let in-flight calls finish after SIGTERM/SIGINT, e.g. `5s`.
     #[arg(long, env = "SLIDEGATE_DRAIN_TIMEOUT", default_value = spelled!(ServerLimits::DEFAULT_DRAIN_TIMEOUT), value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
-    /// Most open connections, gRPC and HTTP ports together (the operator listener counts apart); more are closed as they are accepted
-    /// and counted in `slidegate_connections_refused_total` [default: the soft file-descriptor
-    /// limit (`ulimit -n`) less 64].
+    /// Most open connections, gRPC and HTTP ports together (the operator listener counts apart);
+    /// more are closed as they are accepted and counted in `slidegate_connections_refused_total`
+    /// [default: the soft file-descriptor limit (`ulimit -n`) less 128: 64 for the store and the
+    /// rules, 64 for the operator listener].
     #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS", default_value_t = default_max_connections(), hide_default_value = true, value_parser = clap::value_parser!(usize))]
     pub max_connections: usize,
     /// Most open connections from one client IP address, both ports together.

@@ -357,6 +357,16 @@ impl MemoryStore {
         self.budget.held_bytes()
     }
 
+    /// The representation the counter under `key` is held in, if it is held (for tests).
+    #[cfg(test)]
+    fn form_of(&self, key: &CounterKey) -> Option<Precision> {
+        let map = self.shards[self.shard_of(key)].lock();
+        map.get(key).map(|tally| match tally {
+            Tally::Log(_) => Precision::Exact,
+            Tally::Buckets(b) => Precision::Buckets(Duration::from_micros(b.width())),
+        })
+    }
+
     /// The incremental sweep of decision `n`: sweeps the next shard in turn, and schedules the
     /// one after it (see the module docs). A decision that finds another one sweeping leaves it.
     fn sweep_next(&self, n: u64) {

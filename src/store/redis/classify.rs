@@ -20,7 +20,9 @@ impl Shared {
             StoreError::OutOfMemory(format!("{}: {text}", self.endpoint))
         } else if refused_credentials(&e, &text) {
             StoreError::Auth(format!("{}: {text}", self.endpoint))
-        } else if e.is_connection_refusal() {
+        } else if e.is_connection_refusal() || text.contains("Connection refused") {
+            // The cluster client reports a failed first connection as text ("Failed to create
+            // initial connections"), the refusal only in its message.
             StoreError::Refused(format!("{}: {text}", self.endpoint))
         } else if unresolved(&text) {
             StoreError::Dns(format!("{}: {text}", self.endpoint))
@@ -57,9 +59,12 @@ fn cannot_run_script(e: &RedisError) -> bool {
 /// Whether `e` is Redis refusing the credentials: a wrong password or user (`WRONGPASS`, or an
 /// authentication failure while connecting), or none where one is needed (`NOAUTH`; over RESP2,
 /// Redis answers a command sent without one with a protocol error about an unauthenticated
-/// request).
+/// request), or a password file that cannot be read.
 fn refused_credentials(e: &RedisError, text: &str) -> bool {
     e.kind() == ::redis::ErrorKind::AuthenticationFailed
+        // The same, as text inside the cluster client's error about its first connections.
+        || text.contains("AuthenticationFailed")
+        || text.contains(super::password::UNREADABLE)
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
         || text.contains("NOAUTH")
         || text.contains("WRONGPASS")

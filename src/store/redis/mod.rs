@@ -749,13 +749,11 @@ impl Store for RedisStore {
             .await
     }
 
-    /// Waits for connecting and authenticating up to [`PROBE_TIMEOUT`] (or the call timeout, if
-    /// longer), not the call deadline: the startup check and health then name what happened (a
+    /// Waits for connecting and authenticating up to [`PROBE_TIMEOUT`], not the call deadline: the startup check and health then name what happened (a
     /// refused password, a name that does not resolve, nothing listening) where a 50 ms deadline
     /// would only say it ran out, and a Redis a slow handshake away still counts as up.
     async fn ping(&self) -> Result<(), StoreError> {
-        let timeout = self.shared.timeout.max(PROBE_TIMEOUT);
-        self.with_timeout(timeout, self.ping_inner()).await
+        self.with_timeout(PROBE_TIMEOUT, self.ping_inner()).await
     }
 
     fn kind(&self) -> &'static str {

@@ -18,6 +18,14 @@ use futures::stream::{self, StreamExt};
 
 use crate::store::StoreError;
 
+/// What the error of a password file that cannot be read says (`classify` finds it in the
+/// cluster client's errors, which keep only the text).
+pub(super) const UNREADABLE: &str = "cannot read the Redis password file";
+
+/// The longest password file read: a path that names something else (`/dev/zero`, a log) ends
+/// at this many bytes, as an error.
+const MAX_BYTES: u64 = 4096;
+
 /// Where the password is, and the user it goes with.
 #[derive(Clone, Debug)]
 pub(super) struct PasswordFile {
@@ -44,8 +52,15 @@ impl PasswordFile {
     /// The file's text without the line ending it usually has (`echo pw > file`, a Secret written
     /// by hand); spaces inside and at the start are the password's.
     fn read(&self) -> Result<String, String> {
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("cannot read the Redis password file {:?}: {e}", self.path))?;
+        use std::io::Read as _;
+        let unreadable = |e: &dyn std::fmt::Display| format!("{UNREADABLE} {:?}: {e}", self.path);
+        let mut text = String::new();
+        std::fs::File::open(&self.path)
+            .and_then(|file| file.take(MAX_BYTES + 1).read_to_string(&mut text))
+            .map_err(|e| unreadable(&e))?;
+        if text.len() as u64 > MAX_BYTES {
+            return Err(unreadable(&format!("longer than {MAX_BYTES} bytes")));
+        }
         let password = text.trim_end_matches(['\n', '\r']);
         if password.is_empty() {
             return Err(format!("the Redis password file {:?} is empty", self.path));
@@ -56,15 +71,22 @@ impl PasswordFile {
 
 impl StreamingCredentialsProvider for PasswordFile {
     fn subscribe(&self) -> Pin<Box<dyn Stream<Item = RedisResult<BasicAuth>> + Send + 'static>> {
-        let credentials = self
-            .read()
-            .map(|password| BasicAuth::new(self.username.clone(), password))
+        let file = self.clone();
+        // Read off the serving thread: a file on a slow mount must not stall its calls.
+        let credentials = async move {
+            let read = tokio::task::spawn_blocking(move || {
+                file.read()
+                    .map(|password| BasicAuth::new(file.username.clone(), password))
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("{UNREADABLE}: {e}")));
             // An unreadable file is the credentials' fault: reported as an authentication
             // failure (`StoreError::Auth`), not as an outage.
-            .map_err(|why| {
+            read.map_err(|why| {
                 RedisError::from((ErrorKind::AuthenticationFailed, "password file", why))
-            });
-        Box::pin(stream::once(async move { credentials }).chain(stream::pending()))
+            })
+        };
+        Box::pin(stream::once(credentials).chain(stream::pending()))
     }
 }
 
