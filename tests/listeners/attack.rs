@@ -1,9 +1,9 @@
 //! The attacker of `bench/scripts/bench-attacks`: not a test but one ignored runner that keeps an
-//! attack of issue 25 (or a flood of distinct counters against the memory store's budget) going
-//! for as long as asked, against a server already running, while the script measures a normal
-//! client. It lives apart from `hostile.rs`, whose tests check each attack once against a server
-//! of their own, because that file had passed 2,000 lines; the frame and connection helpers the
-//! two share stay there.
+//! attack of issue 25 (or a flood of distinct counters against the memory store's budget, or one
+//! of the two floods whose bounds issue 45 added) going for as long as asked, against a server
+//! already running, while the script measures a normal client. It lives apart from `hostile.rs`,
+//! whose tests check each attack once against a server of their own, because that file had passed
+//! 2,000 lines; the frame and connection helpers the two share stay there.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,13 +32,37 @@ const FLOOD_CONNECTIONS: usize = 4;
 /// Calls of the key flood in flight at once on each connection.
 const FLOOD_IN_FLIGHT: usize = 2;
 
+/// h2c connections of the body flood on the HTTP port (what the test of its buffer budget in
+/// `http_bounds.rs` opens too).
+const BODY_CONNECTIONS: usize = 40;
+
+/// `POST /json` streams the body flood keeps open on each connection: the server's
+/// `max_concurrent_streams`.
+const BODY_STREAMS: usize = 100;
+
+/// The `Content-Length` each request of the body flood announces, and the bytes of it sent:
+/// never all of it, so no request ends.
+const BODY_DECLARED: &str = "65000";
+const BODY_SENT: usize = 60_000;
+
+/// Connections of the WINDOW_UPDATE flood at once (each reconnects when the server closes it).
+const WINDOW_UPDATE_TASKS: usize = 8;
+
 /// Not a test: an attack for as long as asked, against a server already running, for
 /// docs/benchmarks.md (a normal client's latency during each attack). `ATTACK` is one of
 /// `half-sent`, `window-0`, `silent`, `ping`, `settings`, `reset` (the attacks the tests of
-/// `hostile.rs` check once each) or `key-flood`: calls for domain `bench` of 64 descriptors, each
+/// `hostile.rs` check once each), `key-flood`: calls for domain `bench` of 64 descriptors, each
 /// `k` = a distinct 4 KiB value, on [`FLOOD_CONNECTIONS`] connections, [`FLOOD_IN_FLIGHT`] at a
-/// time on each, each sent as soon as the one before it is answered. Every value is a new
-/// counter, until the memory store's budget decides the calls over limit. `ATTACK_GRPC_PORT`,
+/// time on each, each sent as soon as the one before it is answered (every value is a new
+/// counter, until the memory store's budget decides the calls over limit), or one of the floods
+/// of issue 45 (`http_bounds.rs` checks each once): `http-body`, [`BODY_CONNECTIONS`] h2c
+/// connections to the HTTP port, each with [`BODY_STREAMS`] `POST /json` that announce
+/// [`BODY_DECLARED`] bytes and send [`BODY_SENT`] of them as fast as the server's window allows,
+/// a stream reopened as soon as it is answered (the HTTP port's buffer budget answers 503 at
+/// once what does not fit) or reset, a connection as soon as it is closed; `window-update`,
+/// [`WINDOW_UPDATE_TASKS`] connections to the gRPC port that send WINDOW_UPDATE frames (stream 0,
+/// increment 1) as fast as they are taken, each reconnected when the server closes it; how many
+/// it closed is printed to stderr at the end (seen with `--nocapture`). `ATTACK_GRPC_PORT`,
 /// `ATTACK_HTTP_PORT` and `ATTACK_SECONDS` say where and how long:
 ///
 /// ```text
@@ -179,6 +203,79 @@ async fn attack() {
                     });
                 }
             }
+        }
+        "http-body" => {
+            let body = bytes::Bytes::from(vec![b' '; BODY_SENT]);
+            for _ in 0..BODY_CONNECTIONS {
+                let body = body.clone();
+                tasks.spawn(async move {
+                    while Instant::now() < until {
+                        let mut sender = h2_connection(http, h2::client::Builder::new()).await;
+                        // This connection's streams, each until answered or reset; dropped (so
+                        // reset) with the connection.
+                        let mut streams = tokio::task::JoinSet::new();
+                        loop {
+                            let left = until.saturating_duration_since(Instant::now());
+                            if streams.len() >= BODY_STREAMS {
+                                if tokio::time::timeout(left, streams.join_next())
+                                    .await
+                                    .is_err()
+                                {
+                                    return;
+                                }
+                                continue;
+                            }
+                            // Closed (or going away): reconnect.
+                            let Ok(Ok(ready)) = tokio::time::timeout(left, sender.ready()).await
+                            else {
+                                break;
+                            };
+                            sender = ready;
+                            let request =
+                                http::Request::post(format!("http://127.0.0.1:{http}/json"))
+                                    .header("content-type", "application/json")
+                                    .header("content-length", BODY_DECLARED)
+                                    .body(())
+                                    .expect("request");
+                            let Ok((response, stream)) = sender.send_request(request, false) else {
+                                break;
+                            };
+                            let body = body.clone();
+                            streams.spawn(async move {
+                                // `send_as_window_allows` ends only if the stream is reset.
+                                tokio::select! {
+                                    _ = response => {}
+                                    () = send_as_window_allows(stream, body) => {}
+                                }
+                            });
+                        }
+                    }
+                });
+            }
+        }
+        "window-update" => {
+            let update = h2_frame(8, 0, &1u32.to_be_bytes());
+            let (opened, closed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+            for _ in 0..WINDOW_UPDATE_TASKS {
+                let (update, opened, closed) = (update.clone(), opened.clone(), closed.clone());
+                tasks.spawn(async move {
+                    while Instant::now() < until {
+                        opened.fetch_add(1, Ordering::Relaxed);
+                        let left = until.saturating_duration_since(Instant::now());
+                        if flood(grpc, &update, left).await {
+                            closed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            let _ =
+                tokio::time::timeout(left(), async { while tasks.join_next().await.is_some() {} })
+                    .await;
+            eprintln!(
+                "window-update: {} connections closed by the server, of {} opened",
+                closed.load(Ordering::Relaxed),
+                opened.load(Ordering::Relaxed)
+            );
         }
         other => panic!("unknown attack {other}"),
     }
