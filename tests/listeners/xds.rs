@@ -566,3 +566,71 @@ fn a_control_plane_overrides_slidegate_config_from_the_environment() {
     assert!(listening, "{log}");
     assert!(log.contains("SLIDEGATE_CONFIG is ignored"), "{log}");
 }
+
+/// A response over the bounds on what one response may hold (descriptors, bytes) is refused with
+/// a NACK naming the bound, before it is converted (RSS stays flat), and the rules in force keep
+/// serving; a response just under the bound is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_over_the_bounds_is_refused_and_the_rules_kept() {
+    use slidegate::config::source::xds::bound::MAX_DESCRIPTORS;
+    let mut control_plane = ControlPlane::start().await;
+    let server = slidegate(&control_plane, &[]);
+    control_plane.next_request().await;
+    control_plane.push("1", "n1", &[domain("alpha", "k", 0)]);
+    control_plane.next_request().await;
+    wait_ready(&server);
+
+    // Many tiny descriptors: the shape that once took 190 times its size while converted.
+    let tiny = |n: usize| RateLimitConfig {
+        name: "flood".into(),
+        domain: "flood".into(),
+        descriptors: (0..n)
+            .map(|i| RateLimitDescriptor {
+                key: "k".into(),
+                value: i.to_string(),
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+    };
+    let rss_before = server.rss_kib();
+    control_plane.push(
+        "2",
+        "n2",
+        &[domain("alpha", "k", 100), tiny(MAX_DESCRIPTORS + 1)],
+    );
+    let nack = control_plane.next_request().await;
+    let detail = nack.error_detail.expect("a NACK");
+    assert!(
+        detail.message.contains("more than 50000 descriptors"),
+        "{}",
+        detail.message
+    );
+    assert_eq!(nack.version_info, "1");
+    assert_eq!(
+        decide(&server, "alpha", "k").await,
+        Code::OverLimit,
+        "the old rules"
+    );
+    let refused_growth = server.rss_kib().saturating_sub(rss_before) / 1024;
+
+    control_plane.push(
+        "3",
+        "n3",
+        &[domain("alpha", "k", 100), tiny(MAX_DESCRIPTORS - 1)],
+    );
+    let ack = control_plane.next_request().await;
+    assert!(ack.error_detail.is_none(), "{:?}", ack.error_detail);
+    let accepted_growth = server.rss_kib().saturating_sub(rss_before) / 1024;
+    eprintln!(
+        "RSS +{refused_growth} MiB after the refused response, +{accepted_growth} MiB after the accepted one"
+    );
+    assert!(
+        refused_growth < 32,
+        "RSS +{refused_growth} MiB for a refused response"
+    );
+    assert_eq!(
+        decide(&server, "alpha", "k").await,
+        Code::Ok,
+        "the new rules"
+    );
+}

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use super::super::reload::{ConfigStatus, ReloadHook, SharedStatus};
 use super::super::{Checksum, LiveRules, RuleSet};
 
+pub mod bound;
 mod connect;
 pub mod resource;
 mod stream;

@@ -18,7 +18,7 @@ use tonic::transport::Endpoint;
 use super::super::super::reload::{ConfigStatus, ReloadHook, ReloadOutcome, SharedStatus};
 use super::super::super::{ConfigError, ConfigErrors, LiveRules, RuleSet};
 use super::resource::{RESOURCE_TYPE, rules_from};
-use super::{MAX_RESPONSE_BYTES, MAX_RETRY_INTERVAL, XdsOptions, connect};
+use super::{MAX_RESPONSE_BYTES, MAX_RETRY_INTERVAL, XdsOptions, bound, connect};
 
 /// `google.rpc.Code.INVALID_ARGUMENT`, the code of a NACK's `error_detail`.
 const INVALID_ARGUMENT: i32 = 3;
@@ -186,14 +186,17 @@ impl Applier {
             }]))
         } else {
             // Compiling a large rule set takes a while: not on the thread that runs health checks.
-            tokio::task::spawn_blocking(move || rules_from(&resources))
-                .await
-                .unwrap_or_else(|error| {
-                    Err(ConfigErrors(vec![ConfigError {
-                        file: "xds".to_owned(),
-                        message: format!("rule compilation failed: {error}"),
-                    }]))
-                })
+            tokio::task::spawn_blocking(move || {
+                bound::check(&resources)?;
+                rules_from(&resources)
+            })
+            .await
+            .unwrap_or_else(|error| {
+                Err(ConfigErrors(vec![ConfigError {
+                    file: "xds".to_owned(),
+                    message: format!("rule compilation failed: {error}"),
+                }]))
+            })
         };
         let mut reply = DiscoveryRequest {
             type_url: RESOURCE_TYPE.to_owned(),
