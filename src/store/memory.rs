@@ -263,7 +263,7 @@ impl MemoryStore {
             evals.push(eval);
         }
         if refused {
-            self.budget.refused.inc();
+            self.budget.refuse();
         }
         let allowed = !counters
             .iter()

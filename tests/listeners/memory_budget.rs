@@ -75,6 +75,14 @@ async fn a_flood_of_distinct_values_stays_within_the_budget() {
         "RSS grew by {grown_mib} MiB under a 32 MiB budget"
     );
 
+    assert!(
+        server
+            .log()
+            .contains("memory store at its budget (--memory-max-bytes)"),
+        "{}",
+        server.log()
+    );
+
     // The tenant over its limit stays over; the one under it is still served.
     assert_eq!(code(&[("tenant", "over")]).await, OVER);
     assert_eq!(code(&[("tenant", "under")]).await, OK);

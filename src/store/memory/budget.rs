@@ -36,6 +36,7 @@ use prometheus::{IntCounter, IntGauge};
 use super::{MAX_KEY_BYTES, Series, Shard, Tally};
 use crate::metrics::Metrics;
 use crate::store::{Counter, CounterKey, Precision};
+use crate::throttle::Throttle;
 
 /// The default budget where no container limit says otherwise: 256 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
@@ -137,6 +138,22 @@ impl MemoryBudget {
             counter.precision = Precision::automatic(counter.limit, counter.window);
         }
         Cow::Owned(counters)
+    }
+
+    /// A request decided over limit because the store is at its budget: counted, and logged at
+    /// `warn` once per interval with how many it stands for (see [`Throttle`]).
+    pub(super) fn refuse(&self) {
+        static LOG: Throttle = Throttle::new();
+        self.refused.inc();
+        if let Some(left_out) = LOG.admit() {
+            tracing::warn!(
+                max_bytes = self.max_bytes,
+                held_bytes = self.held_bytes(),
+                refused_before = left_out,
+                "memory store at its budget (--memory-max-bytes): requests that would create a \
+                 counter are decided over limit"
+            );
+        }
     }
 
     /// Whether a new counter may be created now.
