@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod settings;
+pub mod statsd_mapper;
 pub mod store;
 pub mod telemetry;
 pub mod throttle;
