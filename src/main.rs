@@ -22,6 +22,7 @@ use slidegate::server::metrics::ServerMetrics;
 use slidegate::server::{Apps, Workers, grpc_port::GrpcApp, tls::rotate::Rotation};
 use slidegate::service::front::Front;
 use slidegate::service::http_routes::data_router;
+use slidegate::service::ratelimit_prometheus::{self, RatelimitPrometheus};
 use slidegate::service::rls::GrpcService;
 use slidegate::service::{health::Health, http_routes::AppState, http_routes::admin_router, side};
 use slidegate::settings::{Settings, unreachable_rules};
@@ -175,9 +176,21 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let (requests, server) = (&settings.requests, &settings.server);
 
     let metrics = Arc::new(Metrics::new());
-    let decisions = Arc::new(DecisionMetrics::new(&metrics));
+    // envoyproxy/ratelimit's metrics, on their own listener: counted only when it is on.
+    let telemetry = &settings.telemetry;
+    let prometheus_mapper = match telemetry.prometheus_addr {
+        Some(_) => Some(Arc::new(telemetry.prometheus_mapper()?)),
+        None => None,
+    };
+    let decisions = match prometheus_mapper {
+        Some(_) => DecisionMetrics::new(&metrics).with_envoy_stats(),
+        None => DecisionMetrics::new(&metrics),
+    };
+    let decisions = Arc::new(decisions);
+    let envoy_stats = decisions.envoy_stats().cloned();
     let config_metrics = ConfigMetrics::new(&metrics);
     let xds = settings.rules.xds(&settings.given)?;
+    let from_control_plane = xds.is_some();
     let rules = (settings.rules).initial_rules(xds.is_some(), requests.max_entries)?;
     decisions.set_rules(&rules);
     config_metrics.set_rules(&rules);
@@ -242,6 +255,30 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let listeners = settings.listen.bind().await?;
     let (grpc, http, admin) = (&listeners.grpc, &listeners.http, &listeners.admin);
     tracing::info!(grpc = %grpc.local()?, http = %http.local()?, admin = %admin.local()?, workers = server.workers, "listening");
+
+    if let (Some(addr), Some(mapper), Some(stats)) =
+        (telemetry.prometheus_addr, prometheus_mapper, envoy_stats)
+    {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for Prometheus on {addr}"))?;
+        tracing::info!(%addr, path = %telemetry.prometheus_path, "envoyproxy/ratelimit's Prometheus metrics");
+        let view = RatelimitPrometheus {
+            stats,
+            metrics: Arc::clone(&metrics),
+            mapper,
+            response_time_ms: telemetry.prometheus_response_time_as_milliseconds
+                && telemetry.prometheus_mapper_yaml.is_none(),
+            initial_loads: u64::from(!from_control_plane),
+        };
+        let path = telemetry.prometheus_path.clone();
+        tokio::spawn(ratelimit_prometheus::serve(
+            listener,
+            path,
+            view,
+            stop_rx.clone(),
+        ));
+    }
 
     let state = AppState {
         front: Arc::clone(&front),

@@ -211,6 +211,11 @@ impl Metrics {
         Ok(vec)
     }
 
+    /// Every metric family, as the registry holds it now.
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
+    }
+
     /// The Prometheus text exposition format of every metric.
     pub fn render(&self) -> String {
         let mut out = Vec::with_capacity(8 * 1024);

@@ -93,9 +93,10 @@ pub(super) fn behaviour<F: Fn(&str) -> Option<String>>(
     Ok(())
 }
 
-/// Metrics and traces: slidegate has Prometheus metrics at `/metrics` on the operator listener
-/// (`DEBUG_HOST`/`DEBUG_PORT`), and traces as envoyproxy/ratelimit's `TRACING_*` variables
-/// configure them.
+/// Metrics and traces: slidegate has its own Prometheus metrics at `/metrics` on the operator
+/// listener (`DEBUG_HOST`/`DEBUG_PORT`), envoyproxy/ratelimit's on `PROMETHEUS_ADDR` with
+/// `USE_PROMETHEUS=true`, and traces as envoyproxy/ratelimit's `TRACING_*` variables configure
+/// them.
 pub(super) fn observability<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
     out: &mut Translation,
@@ -107,17 +108,54 @@ pub(super) fn observability<F: Fn(&str) -> Option<String>>(
         "no StatsD: Prometheus metrics are served at /metrics on the debug port (DEBUG_PORT)",
         out,
     )?;
-    env.expect_flag(
-        "USE_PROMETHEUS",
-        false,
-        "metrics are served at /metrics on the debug port (DEBUG_PORT), not on PROMETHEUS_ADDR",
-        out,
-    )?;
-    for name in ["PROMETHEUS_ADDR", "PROMETHEUS_PATH"] {
-        env.unhonoured_if_set(
-            name,
-            "metrics are served at /metrics on the debug port (DEBUG_PORT)",
+    prometheus(env, out)
+}
+
+/// `USE_PROMETHEUS=true` → `--prometheus-addr` (`PROMETHEUS_ADDR`, default `:9090`), its path,
+/// mapping file and response-time unit: envoyproxy/ratelimit's metrics under its names on their
+/// own listener, where Envoy Gateway's scrape and dashboard look.
+fn prometheus<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    out: &mut Translation,
+) -> Result<(), CompatError> {
+    let variables = [
+        "PROMETHEUS_ADDR",
+        "PROMETHEUS_PATH",
+        "PROMETHEUS_MAPPER_YAML",
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+    ];
+    if env.flag("USE_PROMETHEUS")? != Some(true) {
+        for name in variables {
+            env.unhonoured_if_set(name, "only read with USE_PROMETHEUS=true", out);
+        }
+        return Ok(());
+    }
+    let addr = env
+        .take("PROMETHEUS_ADDR")
+        .unwrap_or_else(|| ":9090".into());
+    let full = match addr.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => addr.clone(),
+    };
+    let parsed = full
+        .parse()
+        .map_err(|_| invalid("PROMETHEUS_ADDR", &addr, "expected HOST:PORT or :PORT"))?;
+    set(out, Value::PrometheusAddr(parsed), "PROMETHEUS_ADDR");
+    if let Some(path) = env.take("PROMETHEUS_PATH") {
+        set(out, Value::PrometheusPath(path), "PROMETHEUS_PATH");
+    }
+    if let Some(file) = env.take("PROMETHEUS_MAPPER_YAML") {
+        set(
             out,
+            Value::PrometheusMapperYaml(file.into()),
+            "PROMETHEUS_MAPPER_YAML",
+        );
+    }
+    if let Some(ms) = env.flag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")? {
+        set(
+            out,
+            Value::PrometheusResponseTimeAsMilliseconds(ms),
+            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
         );
     }
     Ok(())

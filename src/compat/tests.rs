@@ -24,7 +24,9 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
         | Value::TlsClientCaFile(p)
         | Value::RedisTlsCaFile(p)
         | Value::RedisTlsCertFile(p)
-        | Value::RedisTlsKeyFile(p) => path(p),
+        | Value::RedisTlsKeyFile(p)
+        | Value::PrometheusMapperYaml(p) => path(p),
+        Value::PrometheusAddr(addr) => addr.to_string(),
         Value::XdsServer(s)
         | Value::XdsNodeId(s)
         | Value::XdsTlsServerName(s)
@@ -36,7 +38,8 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
         | Value::OtlpEndpoint(s)
         | Value::OtlpServiceName(s)
         | Value::OtlpServiceNamespace(s)
-        | Value::OtlpServiceInstanceId(s) => s.clone(),
+        | Value::OtlpServiceInstanceId(s)
+        | Value::PrometheusPath(s) => s.clone(),
         Value::TlsClientSan(list) | Value::RedisCluster(list) | Value::RedisSentinel(list) => {
             list.join(",")
         }
@@ -53,7 +56,8 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
         | Value::QuotaMode(b)
         | Value::ResponseHeaders(b)
         | Value::RecordOverLimit(b)
-        | Value::HealthIgnoresStoreOutage(b) => b.to_string(),
+        | Value::HealthIgnoresStoreOutage(b)
+        | Value::PrometheusResponseTimeAsMilliseconds(b) => b.to_string(),
         Value::GrpcAddr(a) | Value::HttpAddr(a) | Value::AdminAddr(a) => a.to_string(),
         Value::TlsListeners(listeners) => {
             let names: Vec<&str> = listeners.iter().map(|l| l.as_str()).collect();

@@ -11,6 +11,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use prometheus::{Histogram, IntCounter, IntCounterVec};
 
+use super::envoy_stats::EnvoyStats;
 use crate::config::RuleSet;
 use crate::metrics::{MAX_RULE_LABELS, Metrics, OVERFLOW_RULE, bounded_label};
 use crate::store::StoreError;
@@ -85,6 +86,8 @@ pub struct DecisionMetrics {
     failure_mode: IntCounterVec,
     rule_label_overflow: IntCounter,
     rule_cache: RwLock<RuleCache>,
+    /// envoyproxy/ratelimit's per-rule stats, when its Prometheus listener is on.
+    envoy: Option<Arc<EnvoyStats>>,
 }
 
 impl std::fmt::Debug for DecisionMetrics {
@@ -101,6 +104,17 @@ impl Default for DecisionMetrics {
 }
 
 impl DecisionMetrics {
+    /// Counts envoyproxy/ratelimit's per-rule stats too (see [`EnvoyStats`]), from now on.
+    pub fn with_envoy_stats(mut self) -> Self {
+        self.envoy = Some(Arc::default());
+        self
+    }
+
+    /// envoyproxy/ratelimit's per-rule stats, if they are counted.
+    pub fn envoy_stats(&self) -> Option<&Arc<EnvoyStats>> {
+        self.envoy.as_ref()
+    }
+
     /// Creates and registers the families into `metrics`.
     pub fn new(metrics: &Metrics) -> Self {
         // The definitions below are constants: registering them can only fail on a programming
@@ -169,6 +183,7 @@ impl DecisionMetrics {
             failure_mode,
             rule_label_overflow,
             rule_cache: RwLock::new(RuleCache::default()),
+            envoy: None,
         })
     }
 

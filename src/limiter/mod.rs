@@ -38,6 +38,7 @@
 //! rules and the global shadow mode still never deny). Statuses then carry the configured limit,
 //! `limit_remaining` 0 and no reset; no response headers are added.
 
+pub mod envoy_stats;
 mod metrics;
 mod observer;
 mod plan;
@@ -271,6 +272,9 @@ impl RateLimiter {
                 result.over_limit,
                 near_limit,
             );
+            if let Some(envoy) = self.metrics.envoy_stats() {
+                envoy_record(envoy, domain, limited, result, counters[chosen].limit);
+            }
             let enforced_over = code == Code::OverLimit;
             let current = header_choice.as_ref().map(|(i, over, _)| (*i, *over));
             let enforced = !counters[chosen].shadow;
@@ -448,3 +452,31 @@ const UNLIMITED: DescriptorStatus = DescriptorStatus {
     limit_remaining: u32::MAX,
     duration_until_reset: None,
 };
+
+/// Counts one descriptor in envoyproxy/ratelimit's stats (see [`envoy_stats`]), by the counter
+/// that decided it. Its hits were recorded if it is not over limit (the window held `count -
+/// hits` before); over limit, it holds `count` (for a descriptor another one denied, the figure is
+/// as if it had been admitted).
+fn envoy_record(
+    envoy: &envoy_stats::EnvoyStats,
+    domain: &str,
+    limited: &Limited<'_>,
+    result: &CounterResult,
+    limit: u64,
+) {
+    if limited.kind == HitKind::Returned {
+        return;
+    }
+    let before = if result.over_limit {
+        result.count
+    } else {
+        result.count.saturating_sub(limited.hits)
+    };
+    envoy.rule(domain, limited.envoy_key()).record(
+        limit,
+        before,
+        limited.hits,
+        result.over_limit,
+        limited.shadow,
+    );
+}

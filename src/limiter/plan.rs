@@ -33,6 +33,8 @@ pub(super) struct Limited<'a> {
     /// The metrics `rule` label of the descriptor.
     pub(super) label: Cow<'a, str>,
     pub(super) name: Option<&'a str>,
+    /// The rule's path (`key_value.key`), empty for a limit override.
+    pub(super) path: &'a str,
     /// A limit's own `name` replaces `label` when that limit decides (not where the rule's
     /// metrics show request values: `detailed_metric`, `value_to_metric`).
     pub(super) own_labels: bool,
@@ -49,6 +51,16 @@ pub(super) struct Limited<'a> {
 }
 
 impl Limited<'_> {
+    /// The key of envoyproxy/ratelimit's stats: the rule's path, or where the rule's metrics show
+    /// request values the name that shows them; for a limit override, its entries' keys.
+    pub(super) fn envoy_key(&self) -> &str {
+        if self.own_labels {
+            self.path
+        } else {
+            self.label.strip_prefix("override:").unwrap_or(&self.label)
+        }
+    }
+
     /// The metrics `rule` label when the limit at `i` decides: its own name where it has one.
     pub(super) fn label_of(&self, i: usize) -> &str {
         match self.limits.get(i).and_then(|l| l.name.as_deref()) {
@@ -114,6 +126,7 @@ impl RateLimiter {
                             // Moved out: the tag below needs only the match's entries.
                             label: std::mem::take(&mut m.stats_name),
                             name: m.rule.name.as_deref(),
+                            path: &m.rule.path,
                             own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
@@ -283,6 +296,7 @@ pub(super) fn override_plan<'a>(
     Limited {
         label: Cow::Owned(override_label(&descriptor.entries)),
         name: None,
+        path: "",
         own_labels: false,
         limits: Cow::Owned(vec![limit]),
         shadow: false,

@@ -1,5 +1,10 @@
-//! Traces: where spans go and which requests get one.
+//! Traces (where spans go and which requests get one), and envoyproxy/ratelimit's Prometheus
+//! listener.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::statsd_mapper::{Mapper, MapperError};
 use crate::telemetry::{Protocol, TraceSettings};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -25,9 +30,65 @@ pub struct TelemetrySettings {
     /// `traceparent` or B3 sampled flag is always followed.
     #[arg(long, env = "SLIDEGATE_TRACE_SAMPLING_RATIO", default_value_t = 1.0)]
     pub trace_sampling_ratio: f64,
+    /// A listener that serves only envoyproxy/ratelimit's Prometheus metrics, under its names
+    /// (`ratelimit_service_rate_limit_total_hits{domain,key1,key2}` and the rest), as its
+    /// `USE_PROMETHEUS` does: HOST:PORT, or :PORT for every interface (Envoy Gateway scrapes
+    /// :19001). slidegate's own metrics stay on the operator listener.
+    #[arg(long, env = "SLIDEGATE_PROMETHEUS_ADDR", value_parser = parse_listen_addr)]
+    pub prometheus_addr: Option<SocketAddr>,
+    /// The path of that listener's metrics.
+    #[arg(long, env = "SLIDEGATE_PROMETHEUS_PATH", default_value = "/metrics")]
+    pub prometheus_path: String,
+    /// A statsd_exporter mapping file (Envoy Gateway mounts its own) instead of envoyproxy/
+    /// ratelimit's default mapping; one that does not load stops the start.
+    #[arg(long, env = "SLIDEGATE_PROMETHEUS_MAPPER_YAML")]
+    pub prometheus_mapper_yaml: Option<PathBuf>,
+    /// With the default mapping: the response time in milliseconds, not seconds (envoyproxy/
+    /// ratelimit's `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`).
+    #[arg(long, env = "SLIDEGATE_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub prometheus_response_time_as_milliseconds: bool,
+}
+
+/// `HOST:PORT`, or `:PORT` for every interface (Go's form, which envoyproxy/ratelimit takes).
+fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_string(),
+    };
+    full.parse()
+        .map_err(|e| format!("{e} (HOST:PORT, or :PORT for every interface)"))
+}
+
+/// The mapping file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum MapperFileError {
+    #[error("cannot read the statsd mapping file {path:?}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the statsd mapping file {path:?} does not load")]
+    Invalid { path: PathBuf, source: MapperError },
 }
 
 impl TelemetrySettings {
+    /// The mapping the Prometheus listener uses: the file given, else envoyproxy/ratelimit's
+    /// default.
+    pub fn prometheus_mapper(&self) -> Result<Mapper, MapperFileError> {
+        let Some(path) = &self.prometheus_mapper_yaml else {
+            return Ok(Mapper::ratelimit_default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| MapperFileError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Mapper::from_yaml(&text).map_err(|source| MapperFileError::Invalid {
+            path: path.clone(),
+            source,
+        })
+    }
+
     /// The trace settings when --otlp-endpoint is given.
     pub fn traces(&self) -> Option<TraceSettings> {
         Some(TraceSettings {

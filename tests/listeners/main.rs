@@ -19,6 +19,7 @@ mod guarantee;
 mod hostile;
 mod http_bounds;
 mod memory_budget;
+mod ratelimit_prometheus;
 mod reload;
 mod service;
 mod tls;

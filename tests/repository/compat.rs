@@ -263,7 +263,8 @@ fn unhonoured_variables_are_named_in_one_warning() {
     env.extend([
         ("SLIDEGATE_HTTP_ADDR", format!("127.0.0.1:{http}")),
         ("LIMIT_RESET_HEADER", "X-Reset".to_string()),
-        ("USE_PROMETHEUS", "true".to_string()),
+        // Read only with USE_PROMETHEUS=true.
+        ("PROMETHEUS_PATH", "/stats".to_string()),
         ("NEAR_LIMIT_RATIO", "0.9".to_string()),
         ("USE_STATSD", "false".to_string()),
     ]);
@@ -272,7 +273,7 @@ fn unhonoured_variables_are_named_in_one_warning() {
     let server = Started::start(command, dir.path().join("log"), http, grpc);
     let warnings = server.warnings();
     assert_eq!(warnings.len(), 1, "{}", server.log());
-    for variable in ["LIMIT_RESET_HEADER", "USE_PROMETHEUS", "NEAR_LIMIT_RATIO"] {
+    for variable in ["LIMIT_RESET_HEADER", "PROMETHEUS_PATH", "NEAR_LIMIT_RATIO"] {
         assert!(
             warnings[0].contains(variable),
             "{variable}: {}",

@@ -1,0 +1,130 @@
+//! envoyproxy/ratelimit's Prometheus metrics through the binary, under its environment as Envoy
+//! Gateway sets it (`USE_STATSD=false`, `USE_PROMETHEUS=true`, `PROMETHEUS_ADDR=:PORT`, its own
+//! mapping file in `PROMETHEUS_MAPPER_YAML`): after traffic through rules shaped as Envoy
+//! Gateway writes them, the listener serves `ratelimit_service_rate_limit_*` with the domain and
+//! key labels its dashboard queries, counted as envoyproxy/ratelimit counts, and nothing else.
+
+use crate::support::{Slidegate, descriptor, free_port, http_get, metric_value, request};
+
+/// The rule an Envoy Gateway `BackendTrafficPolicy` with one global rule becomes: a header match
+/// on the route, then the rule's own level (key = value), 3 per minute.
+const KEY1: &str = "httproute/default/http-ratelimit/rule/0/match/0/ratelimit_example";
+const KEY2: &str = "rule-0-match-0";
+
+fn rules() -> tempfile::TempDir {
+    let rules = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "domain: default/eg/http\ndescriptors:\n  - key: {KEY1}\n    value: {KEY1}\n    \
+         descriptors:\n      - key: {KEY2}\n        value: {KEY2}\n        \
+         rate_limit: {{ unit: minute, requests_per_unit: 3 }}\n"
+    );
+    std::fs::write(rules.path().join("rules.yaml"), text).expect("write rules");
+    rules
+}
+
+fn mapper_file() -> String {
+    format!(
+        "{}/tests/fixtures/statsd/envoy_gateway_statsd_conf.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_gateways_environment_serves_its_metrics_under_its_names() {
+    let rules = rules();
+    let port = free_port();
+    let addr = format!(":{port}");
+    let mapper = mapper_file();
+    let server = Slidegate::start_with_env(
+        rules.path(),
+        &[],
+        &[
+            ("USE_STATSD", "false"),
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", &addr),
+            ("PROMETHEUS_MAPPER_YAML", &mapper),
+        ],
+    );
+    let mut client = server.client().await;
+    for _ in 0..5 {
+        client
+            .should_rate_limit(request(
+                "default/eg/http",
+                vec![descriptor(&[(KEY1, KEY1), (KEY2, KEY2)])],
+            ))
+            .await
+            .expect("answer");
+    }
+    let (status, text) = http_get(port, "/metrics");
+    assert_eq!(status, 200, "{}", server.log());
+    let series = |stat: &str| {
+        format!(
+            "ratelimit_service_rate_limit_{stat}{{domain=\"default/eg/http\",key1=\"{KEY1}_{KEY1}\",key2=\"{KEY2}_{KEY2}\"}}"
+        )
+    };
+    // 5 hits on a limit of 3 (near limit at 2): 3 within, the third near, 2 over.
+    for (stat, value) in [
+        ("total_hits", 5.0),
+        ("within_limit", 3.0),
+        ("near_limit", 1.0),
+        ("over_limit", 2.0),
+    ] {
+        assert_eq!(metric_value(&text, &series(stat)), value, "{stat}\n{text}");
+    }
+    assert_eq!(
+        metric_value(
+            &text,
+            r#"ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}"#
+        ),
+        5.0,
+        "{text}"
+    );
+    assert!(
+        text.contains("ratelimit_service_config_load_success"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE ratelimit_service_response_time_seconds histogram"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("slidegate_"),
+        "only envoyproxy/ratelimit's names\n{text}"
+    );
+    assert_eq!(
+        http_get(port, "/rlconfig").0,
+        404,
+        "nothing else on that listener"
+    );
+    // slidegate's own metrics stay on the operator listener.
+    assert!(
+        server
+            .get("/metrics")
+            .1
+            .contains("slidegate_decisions_total")
+    );
+}
+
+/// A mapping file that does not load stops the start, naming it.
+#[test]
+fn a_mapping_file_that_does_not_load_stops_the_start() {
+    let rules = rules();
+    let bad = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(bad.path(), "mappings:\n  - match: \"a.*b\"\n    name: x\n").expect("write");
+    let out = crate::support::slidegate_command()
+        .args(["serve", "--config"])
+        .arg(rules.path())
+        .args([
+            "--prometheus-addr",
+            "127.0.0.1:0",
+            "--prometheus-mapper-yaml",
+        ])
+        .arg(bad.path())
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(["--admin-addr", "127.0.0.1:0"])
+        .output()
+        .expect("run slidegate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("does not load"), "{stderr}");
+}
