@@ -2,7 +2,7 @@
 
 use super::value::Value;
 use super::{CompatError, Env, Translation, Unhonoured, invalid, set};
-use crate::settings::LogFormat;
+use crate::settings::{LogFormat, parse_listen_addr};
 use crate::telemetry::Protocol;
 
 /// `LOG_LEVEL` (logrus levels) → `--log-level`, `LOG_FORMAT` → `--log-format`.
@@ -130,15 +130,8 @@ fn prometheus<F: Fn(&str) -> Option<String>>(
         }
         return Ok(());
     }
-    let addr = env
-        .take("PROMETHEUS_ADDR")
-        .unwrap_or_else(|| ":9090".into());
-    let full = match addr.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => addr.clone(),
-    };
-    let parsed = full
-        .parse()
+    let addr = (env.take("PROMETHEUS_ADDR")).unwrap_or_else(|| ":9090".into());
+    let parsed = parse_listen_addr(&addr)
         .map_err(|_| invalid("PROMETHEUS_ADDR", &addr, "expected HOST:PORT or :PORT"))?;
     set(out, Value::PrometheusAddr(parsed), "PROMETHEUS_ADDR");
     if let Some(path) = env.take("PROMETHEUS_PATH") {

@@ -43,6 +43,9 @@ pub struct RatelimitPrometheus {
     pub initial_loads: u64,
 }
 
+/// A series' labels, by name.
+type Labels = Vec<(String, String)>;
+
 /// One mapped family: its type and its series (labels → value).
 struct Family {
     kind: &'static str,
@@ -57,15 +60,8 @@ impl RatelimitPrometheus {
             if value == 0 {
                 return;
             }
-            let (name, labels, scale) = match self.mapper.map(name, MetricKind::Counter) {
-                Mapped::Drop => return,
-                Mapped::Unmapped { name } => (name, Vec::new(), None),
-                Mapped::Metric {
-                    name,
-                    labels,
-                    scale,
-                    ..
-                } => (name, labels, scale),
+            let Some((name, labels, scale)) = self.mapped(name, MetricKind::Counter) else {
+                return;
             };
             let family = families.entry(name).or_insert_with(|| Family {
                 kind: "counter",
@@ -111,20 +107,27 @@ impl RatelimitPrometheus {
         out
     }
 
-    /// `ratelimit_server.ShouldRateLimit.response_time` as a histogram, mapped: envoyproxy/
-    /// ratelimit observes milliseconds, which the mapping's `scale` turns into seconds (its
-    /// default mapping) or not (Envoy Gateway's file has no `scale`).
-    fn response_time(&self, out: &mut String, histogram: &prometheus::proto::Histogram) {
-        let statsd = format!("ratelimit_server.{METHOD}.response_time");
-        let (name, labels, scale) = match self.mapper.map(&statsd, MetricKind::Observer) {
-            Mapped::Drop => return,
-            Mapped::Unmapped { name } => (name, Vec::new(), None),
+    /// The Prometheus name, labels and scale of the statsd name `name`; `None` when dropped.
+    fn mapped(&self, name: &str, kind: MetricKind) -> Option<(String, Labels, Option<f64>)> {
+        match self.mapper.map(name, kind) {
+            Mapped::Drop => None,
+            Mapped::Unmapped { name } => Some((name, Vec::new(), None)),
             Mapped::Metric {
                 name,
                 labels,
                 scale,
                 ..
-            } => (name, labels, scale),
+            } => Some((name, labels, scale)),
+        }
+    }
+
+    /// `ratelimit_server.ShouldRateLimit.response_time` as a histogram, mapped: envoyproxy/
+    /// ratelimit observes milliseconds, which the mapping's `scale` turns into seconds (its
+    /// default mapping) or not (Envoy Gateway's file has no `scale`).
+    fn response_time(&self, out: &mut String, histogram: &prometheus::proto::Histogram) {
+        let statsd = format!("ratelimit_server.{METHOD}.response_time");
+        let Some((name, labels, scale)) = self.mapped(&statsd, MetricKind::Observer) else {
+            return;
         };
         let scale = if self.response_time_ms { None } else { scale };
         let unit = 1000.0 * scale.unwrap_or(1.0);

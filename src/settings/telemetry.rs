@@ -51,7 +51,7 @@ pub struct TelemetrySettings {
 }
 
 /// `HOST:PORT`, or `:PORT` for every interface (Go's form, which envoyproxy/ratelimit takes).
-fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
+pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
     let full = match text.strip_prefix(':') {
         Some(port) => format!("0.0.0.0:{port}"),
         None => text.to_string(),
