@@ -142,6 +142,13 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        // The standard `process_*` metrics (CPU, resident and virtual memory, open file
+        // descriptors, start time) that dashboards and alerts for any service query. Registering
+        // them can only fail on a duplicate, which a new registry cannot hold.
+        #[cfg(target_os = "linux")]
+        let _ = metrics.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
         metrics
     }
 

@@ -104,6 +104,16 @@ impl RatelimitPrometheus {
         if let Some(histogram) = requests {
             self.response_time(&mut out, &histogram);
         }
+        // The standard process metrics, as envoyproxy/ratelimit's default registry serves them.
+        let process: Vec<MetricFamily> = gathered
+            .into_iter()
+            .filter(|f| f.name().starts_with("process_"))
+            .collect();
+        let mut text = Vec::new();
+        if prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &process, &mut text).is_ok()
+        {
+            out.push_str(&String::from_utf8_lossy(&text));
+        }
         out
     }
 

@@ -2,9 +2,17 @@
 //! Gateway sets it (`USE_STATSD=false`, `USE_PROMETHEUS=true`, `PROMETHEUS_ADDR=:PORT`, its own
 //! mapping file in `PROMETHEUS_MAPPER_YAML`): after traffic through rules shaped as Envoy
 //! Gateway writes them, the listener serves `ratelimit_service_rate_limit_*` with the domain and
-//! key labels its dashboard queries, counted as envoyproxy/ratelimit counts, and nothing else.
+//! key labels its dashboard queries, counted as envoyproxy/ratelimit counts, and nothing else;
+//! a real Prometheus scraping that listener answers every `ratelimit_service_*` query of Envoy
+//! Gateway's dashboard for the rate-limit service with data.
 
-use crate::support::{Slidegate, descriptor, free_port, http_get, metric_value, request};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{
+    KillOnDrop, Slidegate, descriptor, free_port, http_get, metric_value, request, require_program,
+    wait_until,
+};
 
 /// The rule an Envoy Gateway `BackendTrafficPolicy` with one global rule becomes: a header match
 /// on the route, then the rule's own level (key = value), 3 per minute.
@@ -29,10 +37,9 @@ fn mapper_file() -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envoy_gateways_environment_serves_its_metrics_under_its_names() {
-    let rules = rules();
-    let port = free_port();
+/// slidegate under Envoy Gateway's environment, its Prometheus listener on `port`, after 5 calls
+/// through the rule (3 per minute).
+async fn envoy_gateway_slidegate(rules: &tempfile::TempDir, port: u16) -> Slidegate {
     let addr = format!(":{port}");
     let mapper = mapper_file();
     let server = Slidegate::start_with_env(
@@ -55,6 +62,14 @@ async fn envoy_gateways_environment_serves_its_metrics_under_its_names() {
             .await
             .expect("answer");
     }
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_gateways_environment_serves_its_metrics_under_its_names() {
+    let rules = rules();
+    let port = free_port();
+    let server = envoy_gateway_slidegate(&rules, port).await;
     let (status, text) = http_get(port, "/metrics");
     assert_eq!(status, 200, "{}", server.log());
     let series = |stat: &str| {
@@ -127,4 +142,81 @@ fn a_mapping_file_that_does_not_load_stops_the_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("does not load"), "{stderr}");
+}
+
+/// The `ratelimit_service_*` queries of Envoy Gateway's "Global Ratelimit" dashboard
+/// (`charts/gateway-addons-helm/dashboards/global-ratelimit.json`, its `DefaultDomain` variable
+/// `default/eg/http`), and the rate its documentation shows.
+fn dashboard_queries() -> Vec<String> {
+    let labels =
+        format!("domain=\"default/eg/http\", key1=\"{KEY1}_{KEY1}\", key2=\"{KEY2}_{KEY2}\"");
+    let mut queries: Vec<String> = ["total_hits", "near_limit", "over_limit"]
+        .iter()
+        .map(|stat| format!("ratelimit_service_rate_limit_{stat}{{{labels}}}"))
+        .collect();
+    queries.push(
+        "sum(rate(ratelimit_service_rate_limit_total_hits[5m])) by (domain, key1, key2)".into(),
+    );
+    // Its memory panels; the label comes from the scrape's relabelling of the pod's labels.
+    for memory in ["resident", "virtual"] {
+        queries.push(format!(
+            "(process_{memory}_memory_bytes{{app_kubernetes_io_component=\"ratelimit\"}})/1000000"
+        ));
+    }
+    queries
+}
+
+/// Percent-encodes a query for a URL.
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_gateways_dashboard_queries_return_data_through_prometheus() {
+    let Some(prometheus) = require_program("prometheus") else {
+        return;
+    };
+    let rules = rules();
+    let port = free_port();
+    let _server = envoy_gateway_slidegate(&rules, port).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: ratelimit\n    \
+         static_configs:\n      - targets: [\"127.0.0.1:{port}\"]\n        \
+         labels: {{ app_kubernetes_io_component: ratelimit }}\n"
+    );
+    std::fs::write(dir.path().join("prometheus.yml"), config).expect("write config");
+    let web = free_port();
+    let child = Command::new(prometheus)
+        .arg(format!(
+            "--config.file={}",
+            dir.path().join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn prometheus");
+    let _prometheus = KillOnDrop(child);
+    for query in dashboard_queries() {
+        let path = format!("/api/v1/query?query={}", url_encode(&query));
+        let mut last = String::new();
+        let answered = wait_until(Duration::from_secs(30), || {
+            let (status, body) = http_get(web, &path);
+            last = body;
+            status == 200 && last.contains("\"value\":[")
+        });
+        assert!(answered, "{query}: no data; last answer {last}");
+    }
 }
