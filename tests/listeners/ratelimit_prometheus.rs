@@ -220,3 +220,50 @@ async fn envoy_gateways_dashboard_queries_return_data_through_prometheus() {
         assert!(answered, "{query}: no data; last answer {last}");
     }
 }
+
+/// A mapping file of one's own: its names and labels, its `drop`, and what it leaves unmapped
+/// served escaped, as statsd_exporter serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mapping_file_of_ones_own_names_the_metrics() {
+    let rules = rules();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mapper = dir.path().join("mapper.yaml");
+    std::fs::write(
+        &mapper,
+        "mappings:\n  \
+         - match: \"ratelimit.service.rate_limit.*.*.*.total_hits\"\n    \
+           name: \"hits_by_rule\"\n    labels:\n      tenant: \"$1\"\n      rule: \"$3\"\n  \
+         - match: \"ratelimit.service.rate_limit.*.*.*.within_limit\"\n    name: \"dropped\"\n    \
+           action: drop\n",
+    )
+    .expect("write mapper");
+    let port = free_port();
+    let mapper = mapper.display().to_string();
+    let server = Slidegate::start(
+        rules.path(),
+        &[
+            "--prometheus-addr",
+            &format!("127.0.0.1:{port}"),
+            "--prometheus-mapper-yaml",
+            &mapper,
+        ],
+    );
+    let mut client = server.client().await;
+    client
+        .should_rate_limit(request(
+            "default/eg/http",
+            vec![descriptor(&[(KEY1, KEY1), (KEY2, KEY2)])],
+        ))
+        .await
+        .expect("answer");
+    let (status, text) = http_get(port, "/metrics");
+    assert_eq!(status, 200);
+    let mapped = format!(r#"hits_by_rule{{rule="{KEY2}_{KEY2}",tenant="default/eg/http"}}"#);
+    assert_eq!(metric_value(&text, &mapped), 1.0, "{text}");
+    assert!(!text.contains("within_limit"), "dropped\n{text}");
+    // Unmapped: the statsd name escaped, without labels.
+    assert!(
+        text.contains("ratelimit_service_config_load_success 1"),
+        "{text}"
+    );
+}
