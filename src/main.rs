@@ -183,7 +183,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
         None => None,
     };
     let decisions = match prometheus_mapper {
-        Some(_) => DecisionMetrics::new(&metrics).with_envoy_stats(),
+        Some(_) => DecisionMetrics::new(&metrics).with_envoy_stats(telemetry.near_limit_ratio),
         None => DecisionMetrics::new(&metrics),
     };
     let decisions = Arc::new(decisions);

@@ -144,6 +144,15 @@ fn prometheus<F: Fn(&str) -> Option<String>>(
             "PROMETHEUS_MAPPER_YAML",
         );
     }
+    if let Some(ratio) = env.take("NEAR_LIMIT_RATIO") {
+        let parsed = ratio
+            .trim()
+            .parse::<f32>()
+            .ok()
+            .filter(|r| (0.0..=1.0).contains(r))
+            .ok_or_else(|| invalid("NEAR_LIMIT_RATIO", &ratio, "expected 0.0 to 1.0"))?;
+        set(out, Value::NearLimitRatio(parsed), "NEAR_LIMIT_RATIO");
+    }
     if let Some(ms) = env.flag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")? {
         set(
             out,

@@ -27,6 +27,7 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
         | Value::RedisTlsKeyFile(p)
         | Value::PrometheusMapperYaml(p) => path(p),
         Value::PrometheusAddr(addr) => addr.to_string(),
+        Value::NearLimitRatio(ratio) => ratio.to_string(),
         Value::XdsServer(s)
         | Value::XdsNodeId(s)
         | Value::XdsTlsServerName(s)
@@ -693,4 +694,34 @@ fn skipping_hostname_verification_warns() {
     .unwrap()
     .unwrap();
     assert!(t.warnings.is_empty());
+}
+
+/// Envoy Gateway's metrics variables: its listener, mapping file and near-limit ratio.
+#[test]
+fn use_prometheus_serves_its_metrics_where_its_environment_says() {
+    let t = run(&[
+        ("USE_STATSD", "false"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", ":19001"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+        ("NEAR_LIMIT_RATIO", "0.9"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        value(&t, "prometheus_addr").as_deref(),
+        Some("0.0.0.0:19001")
+    );
+    assert_eq!(
+        value(&t, "prometheus_mapper_yaml").as_deref(),
+        Some("/etc/statsd-exporter/conf.yaml")
+    );
+    assert_eq!(value(&t, "near_limit_ratio").as_deref(), Some("0.9"));
+    assert!(t.unhonoured.is_empty(), "{:?}", t.unhonoured);
+    // Without USE_PROMETHEUS=true its variables are named as unused.
+    let t = run(&[("PROMETHEUS_ADDR", ":19001")]).unwrap().unwrap();
+    assert_eq!(value(&t, "prometheus_addr"), None);
+    assert_eq!(t.unhonoured[0].variable, "PROMETHEUS_ADDR");
+    let bad = run(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", "nowhere")]);
+    assert!(bad.is_err());
 }

@@ -67,6 +67,7 @@ values! {
     PrometheusPath(String) => telemetry.prometheus_path,
     PrometheusMapperYaml(PathBuf) => telemetry.prometheus_mapper_yaml,
     PrometheusResponseTimeAsMilliseconds(bool) => telemetry.prometheus_response_time_as_milliseconds,
+    NearLimitRatio(f32) => telemetry.near_limit_ratio,
     RedisUrl(String) => store.redis_url,
     RedisCluster(Vec<String>) => store.redis_cluster,
     RedisSentinel(Vec<String>) => store.redis_sentinel,

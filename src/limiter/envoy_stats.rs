@@ -53,11 +53,10 @@ impl RuleStats {
         }
     }
 
-    /// Counts one descriptor decision (see the module docs).
-    pub fn record(&self, limit: u64, before: u64, hits: u64, over: bool, shadow: bool) {
+    /// Counts one descriptor decision (see the module docs); `near` is where near limit starts
+    /// ([`EnvoyStats::near`]).
+    pub fn record(&self, limit: u64, near: u64, before: u64, hits: u64, over: bool, shadow: bool) {
         let after = before.saturating_add(hits);
-        // As envoyproxy/ratelimit computes it: a float32 product, rounded down.
-        let near = (limit as f32 * 0.8).floor() as u64;
         self.add(0, hits);
         if over {
             if before >= limit {
@@ -88,13 +87,37 @@ impl RuleStats {
     }
 }
 
+/// envoyproxy/ratelimit's default `NEAR_LIMIT_RATIO`.
+pub const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
+
 /// Every rule's stats, by domain and key; kept across reloads (a counter never goes back).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EnvoyStats {
+    /// The share of a limit past which hits are near it (`--near-limit-ratio`).
+    near_ratio: f32,
     rules: RwLock<HashMap<String, HashMap<String, Arc<RuleStats>>>>,
 }
 
+impl Default for EnvoyStats {
+    fn default() -> Self {
+        EnvoyStats::new(DEFAULT_NEAR_LIMIT_RATIO)
+    }
+}
+
 impl EnvoyStats {
+    pub fn new(near_ratio: f32) -> EnvoyStats {
+        EnvoyStats {
+            near_ratio,
+            rules: RwLock::default(),
+        }
+    }
+
+    /// Where near limit starts for `limit`, as envoyproxy/ratelimit computes it: a float32
+    /// product, rounded down.
+    pub fn near(&self, limit: u64) -> u64 {
+        (limit as f32 * self.near_ratio).floor() as u64
+    }
+
     /// The stats of the rule `key` of `domain`, made on first use.
     pub fn rule(&self, domain: &str, key: &str) -> Arc<RuleStats> {
         if let Some(found) = self.rules.read().get(domain).and_then(|d| d.get(key)) {
@@ -134,15 +157,15 @@ mod tests {
     fn counts_as_envoyproxy_ratelimit() {
         let stats = RuleStats::default();
         for before in 0..12u64 {
-            stats.record(10, before.min(10), 1, before >= 10, false);
+            stats.record(10, 8, before.min(10), 1, before >= 10, false);
         }
         // 12 single hits: 1-8 within, 9-10 within and near, 11-12 over.
         assert_eq!(stats.values(), [12, 2, 2, 10, 0]);
 
         let batch = RuleStats::default();
-        batch.record(10, 7, 5, true, true); // 7 held, 5 more: over by 2, near 2.
+        batch.record(10, 8, 7, 5, true, true); // 7 held, 5 more: over by 2, near 2.
         assert_eq!(batch.values(), [5, 2, 2, 0, 2]);
-        batch.record(10, 6, 3, false, false); // 6 held, 3 more: near 1, within 3.
+        batch.record(10, 8, 6, 3, false, false); // 6 held, 3 more: near 1, within 3.
         assert_eq!(batch.values(), [8, 2, 3, 3, 2]);
     }
 
@@ -152,7 +175,7 @@ mod tests {
         for i in 0..MAX_RULE_LABELS + 5 {
             stats
                 .rule("d", &format!("k{i}"))
-                .record(1, 0, 1, false, false);
+                .record(1, 0, 0, 1, false, false);
         }
         let snapshot = stats.snapshot();
         assert_eq!(snapshot.len(), MAX_RULE_LABELS + 1);

@@ -104,9 +104,10 @@ impl Default for DecisionMetrics {
 }
 
 impl DecisionMetrics {
-    /// Counts envoyproxy/ratelimit's per-rule stats too (see [`EnvoyStats`]), from now on.
-    pub fn with_envoy_stats(mut self) -> Self {
-        self.envoy = Some(Arc::default());
+    /// Counts envoyproxy/ratelimit's per-rule stats too (see [`EnvoyStats`]), hits past
+    /// `near_ratio` of a limit as near it.
+    pub fn with_envoy_stats(mut self, near_ratio: f32) -> Self {
+        self.envoy = Some(Arc::new(EnvoyStats::new(near_ratio)));
         self
     }
 

@@ -474,6 +474,7 @@ fn envoy_record(
     };
     envoy.rule(domain, limited.envoy_key()).record(
         limit,
+        envoy.near(limit),
         before,
         limited.hits,
         result.over_limit,

@@ -336,9 +336,9 @@ mod tests {
     #[test]
     fn renders_the_default_names() {
         let stats = Arc::new(EnvoyStats::default());
-        stats.rule("d", "a").record(10, 0, 3, false, false);
-        stats.rule("d", "a_v.b").record(2, 2, 1, true, false);
-        stats.rule("d", "a_v.b.c").record(2, 2, 4, true, false);
+        stats.rule("d", "a").record(10, 8, 0, 3, false, false);
+        stats.rule("d", "a_v.b").record(2, 1, 2, 1, true, false);
+        stats.rule("d", "a_v.b.c").record(2, 1, 2, 4, true, false);
         let prometheus = RatelimitPrometheus {
             stats,
             metrics: Arc::new(Metrics::new()),

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::limiter::envoy_stats::DEFAULT_NEAR_LIMIT_RATIO;
 use crate::statsd_mapper::{Mapper, MapperError};
 use crate::telemetry::{Protocol, TraceSettings};
 
@@ -48,6 +49,18 @@ pub struct TelemetrySettings {
     #[arg(long, env = "SLIDEGATE_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub prometheus_response_time_as_milliseconds: bool,
+    /// The share of a limit past which hits count as `near_limit` in envoyproxy/ratelimit's
+    /// metrics (its `NEAR_LIMIT_RATIO`), 0.0 to 1.0.
+    #[arg(long, env = "SLIDEGATE_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = parse_ratio)]
+    pub near_limit_ratio: f32,
+}
+
+/// A ratio from 0.0 to 1.0.
+fn parse_ratio(text: &str) -> Result<f32, String> {
+    match text.trim().parse::<f32>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err("expected a number from 0.0 to 1.0".into()),
+    }
 }
 
 /// `HOST:PORT`, or `:PORT` for every interface (Go's form, which envoyproxy/ratelimit takes).
