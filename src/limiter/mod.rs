@@ -81,6 +81,9 @@ pub struct Options {
     /// Record every hit, over the limit too (envoyproxy/ratelimit's
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`): every counter is charged.
     pub record_over_limit: bool,
+    /// Name the rule that decided each descriptor in the answer ([`DescriptorStatus::rule`]), for
+    /// the gRPC answer's dynamic metadata (`--response-metadata`).
+    pub response_metadata: bool,
     pub limits: RequestLimits,
 }
 
@@ -287,6 +290,8 @@ impl RateLimiter {
                 current_limit: Some(current_limit(limited, limit)),
                 limit_remaining: saturate_u32(result.remaining),
                 duration_until_reset: Some(result.reset_after),
+                rule: self.rule_of(limited, chosen - range.start),
+                shadow: limited.shadow || self.options.shadow_mode,
             });
         }
         let overall = self.overall(plans, &statuses);
@@ -365,7 +370,16 @@ impl RateLimiter {
                 .map(|limit| current_limit(limited, limit)),
             limit_remaining: 0,
             duration_until_reset: None,
+            rule: self.rule_of(limited, 0),
+            shadow: limited.shadow || self.options.shadow_mode,
         }
+    }
+
+    /// The name of the rule (or limit) that decided, when answers carry it.
+    fn rule_of(&self, limited: &Limited<'_>, deciding: usize) -> Option<String> {
+        self.options
+            .response_metadata
+            .then(|| limited.label_of(deciding).to_string())
     }
 
     /// The status (and metrics) of a descriptor that no limit applies to.
@@ -444,6 +458,8 @@ const NO_LIMIT: DescriptorStatus = DescriptorStatus {
     current_limit: None,
     limit_remaining: 0,
     duration_until_reset: None,
+    rule: None,
+    shadow: false,
 };
 
 const UNLIMITED: DescriptorStatus = DescriptorStatus {
@@ -451,6 +467,8 @@ const UNLIMITED: DescriptorStatus = DescriptorStatus {
     current_limit: None,
     limit_remaining: u32::MAX,
     duration_until_reset: None,
+    rule: None,
+    shadow: false,
 };
 
 /// Counts one descriptor in envoyproxy/ratelimit's stats (see [`envoy_stats`]), by the counter

@@ -33,6 +33,11 @@ pub struct DescriptorStatus {
     pub current_limit: Option<CurrentLimit>,
     pub limit_remaining: u32,
     pub duration_until_reset: Option<Duration>,
+    /// The metrics name of the rule (or of its limit) that decided, with
+    /// [`Options::response_metadata`](super::Options::response_metadata); else `None`.
+    pub rule: Option<String>,
+    /// A shadow rule's (or the global shadow mode's): its `OVER_LIMIT` denies nothing.
+    pub shadow: bool,
 }
 
 /// The limit reported for a descriptor: as configured (`requests_per_unit` per `unit`), plus the

@@ -21,6 +21,7 @@ pub mod front;
 pub mod health;
 pub mod http_routes;
 pub mod json;
+pub mod metadata;
 pub mod ratelimit_prometheus;
 pub mod rls;
 pub mod side;

@@ -260,7 +260,9 @@ fn length_delimited<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8], Counted> {
 
 /// Encodes a limiter response.
 pub fn to_proto(response: Response) -> RateLimitResponse {
+    let dynamic_metadata = super::metadata::of(&response);
     RateLimitResponse {
+        dynamic_metadata,
         overall_code: code(response.overall) as i32,
         statuses: response.statuses.into_iter().map(status).collect(),
         response_headers_to_add: response

@@ -32,6 +32,13 @@ pub struct RequestSettings {
     #[arg(long, env = "SLIDEGATE_RESPONSE_HEADERS", default_value = "true", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub response_headers: bool,
+    /// Put the decision in every gRPC answer's dynamic metadata, which Envoy's ratelimit filter
+    /// keeps under `envoy.filters.http.ratelimit` for the access log
+    /// (`%DYNAMIC_METADATA(envoy.filters.http.ratelimit:rule)%`) and later filters: the overall
+    /// code, and the rule that decided with its limit, window, remaining and shadow flag.
+    #[arg(long, env = "SLIDEGATE_RESPONSE_METADATA", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub response_metadata: bool,
     /// Record every hit, also of a request that is denied and over the limit, as
     /// envoyproxy/ratelimit does with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false. Off: a
     /// request that does not fit records nothing, except a charge (a gRPC descriptor's own
@@ -75,6 +82,7 @@ impl RequestSettings {
             quota_mode: self.quota_mode,
             response_headers: self.response_headers,
             record_over_limit: self.record_over_limit,
+            response_metadata: self.response_metadata,
             limits: RequestLimits {
                 max_descriptors: self.max_descriptors,
                 max_entries: self.max_entries,

@@ -21,6 +21,7 @@ mod http_bounds;
 mod memory_budget;
 mod ratelimit_prometheus;
 mod reload;
+mod response_metadata;
 mod service;
 mod tls;
 mod traces;
