@@ -2,7 +2,7 @@
 
 use super::value::Value;
 use super::{CompatError, Env, Translation, Unhonoured, invalid, set};
-use crate::settings::{LogFormat, parse_listen_addr};
+use crate::settings::{LogFormat, parse_listen_addr, parse_metrics_path};
 use crate::telemetry::Protocol;
 
 /// `LOG_LEVEL` (logrus levels) → `--log-level`, `LOG_FORMAT` → `--log-format`.
@@ -135,6 +135,8 @@ fn prometheus<F: Fn(&str) -> Option<String>>(
         .map_err(|_| invalid("PROMETHEUS_ADDR", &addr, "expected HOST:PORT or :PORT"))?;
     set(out, Value::PrometheusAddr(parsed), "PROMETHEUS_ADDR");
     if let Some(path) = env.take("PROMETHEUS_PATH") {
+        let path = parse_metrics_path(&path)
+            .map_err(|_| invalid("PROMETHEUS_PATH", &path, "expected a path such as /metrics"))?;
         set(out, Value::PrometheusPath(path), "PROMETHEUS_PATH");
     }
     if let Some(file) = env.take("PROMETHEUS_MAPPER_YAML") {

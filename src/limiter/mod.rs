@@ -46,6 +46,8 @@ mod request;
 mod response;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_envoy_stats;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -176,7 +178,9 @@ impl RateLimiter {
             }
         }
         match self.decide(&counters, observer).await {
-            Ok(results) => Ok(self.respond(request.domain, &plans, &counters, &results)),
+            Ok((results, allowed)) => {
+                Ok(self.respond(request.domain, &plans, &counters, (&results, allowed)))
+            }
             Err(error) => {
                 observer.store_failed(&error, self.options.failure_mode);
                 self.on_store_error(request.domain, &plans, error)
@@ -189,16 +193,17 @@ impl RateLimiter {
         &self,
         counters: &[Counter],
         observer: &mut impl Observer,
-    ) -> Result<Vec<CounterResult>, StoreError> {
+    ) -> Result<(Vec<CounterResult>, bool), StoreError> {
         if counters.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), true));
         }
         let started = Instant::now();
         let decided = self.store.decide(counters).await;
         let elapsed = started.elapsed();
         self.metrics.observe_store(elapsed);
         observer.store_call(elapsed);
-        let results = decided?.counters;
+        let decision = decided?;
+        let (results, allowed) = (decision.counters, decision.allowed);
         if results.len() != counters.len() {
             return Err(StoreError::Backend(format!(
                 "store answered {} results for {} counters",
@@ -206,7 +211,7 @@ impl RateLimiter {
                 counters.len()
             )));
         }
-        Ok(results)
+        Ok((results, allowed))
     }
 
     /// Appends one counter per limit of a limited descriptor and returns their range. The
@@ -242,7 +247,7 @@ impl RateLimiter {
         domain: &str,
         plans: &[Plan<'_>],
         counters: &[Counter],
-        results: &[CounterResult],
+        (results, allowed): (&[CounterResult], bool),
     ) -> Response {
         let mut statuses = Vec::with_capacity(plans.len());
         // The counter whose state the headers show: (index, enforced over limit), and the
@@ -276,7 +281,14 @@ impl RateLimiter {
                 near_limit,
             );
             if let Some(envoy) = self.metrics.envoy_stats() {
-                envoy_record(envoy, domain, limited, result, counters[chosen].limit);
+                envoy_record(
+                    envoy,
+                    domain,
+                    limited,
+                    result,
+                    counters[chosen].limit,
+                    allowed,
+                );
             }
             let enforced_over = code == Code::OverLimit;
             let current = header_choice.as_ref().map(|(i, over, _)| (*i, *over));
@@ -379,7 +391,7 @@ impl RateLimiter {
     fn rule_of(&self, limited: &Limited<'_>, deciding: usize) -> Option<String> {
         self.options
             .response_metadata
-            .then(|| limited.label_of(deciding).to_string())
+            .then(|| crate::metrics::bounded_label(limited.label_of(deciding)).into_owned())
     }
 
     /// The status (and metrics) of a descriptor that no limit applies to.
@@ -472,25 +484,28 @@ const UNLIMITED: DescriptorStatus = DescriptorStatus {
 };
 
 /// Counts one descriptor in envoyproxy/ratelimit's stats (see [`envoy_stats`]), by the counter
-/// that decided it. Its hits were recorded if it is not over limit (the window held `count -
-/// hits` before); over limit, it holds `count` (for a descriptor another one denied, the figure is
-/// as if it had been admitted).
+/// that decided it. The store reports the hits a counter holds after the decision: with this
+/// descriptor's hits when they were recorded (the request admitted and the counter not over, or a
+/// charge, which always lands), without them otherwise.
 fn envoy_record(
     envoy: &envoy_stats::EnvoyStats,
     domain: &str,
     limited: &Limited<'_>,
     result: &CounterResult,
     limit: u64,
+    allowed: bool,
 ) {
     if limited.kind == HitKind::Returned {
         return;
     }
-    let before = if result.over_limit {
-        result.count
-    } else {
+    let recorded = limited.kind == HitKind::Charged || (allowed && !result.over_limit);
+    let before = if recorded {
         result.count.saturating_sub(limited.hits)
+    } else {
+        result.count
     };
-    envoy.rule(domain, limited.envoy_key()).record(
+    let key = crate::metrics::bounded_label(limited.envoy_key());
+    envoy.rule(domain, &key).record(
         limit,
         envoy.near(limit),
         before,

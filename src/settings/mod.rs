@@ -26,7 +26,7 @@ pub use requests::{RequestSettings, unreachable_rules};
 pub use rules::{DEFAULT_CONFIG, RulesSettings, SettingsError};
 pub use server::ServerSettings;
 pub use store::{OpenError, StoreSettings};
-pub use telemetry::{TelemetrySettings, parse_listen_addr};
+pub use telemetry::{TelemetrySettings, parse_listen_addr, parse_metrics_path};
 
 /// The target of the lines the start-up writes (the effective settings, the rules loaded, the
 /// envoyproxy/ratelimit environment read): the binary's, as they have always been logged, so

@@ -38,7 +38,7 @@ pub struct TelemetrySettings {
     #[arg(long, env = "SLIDEGATE_PROMETHEUS_ADDR", value_parser = parse_listen_addr)]
     pub prometheus_addr: Option<SocketAddr>,
     /// The path of that listener's metrics.
-    #[arg(long, env = "SLIDEGATE_PROMETHEUS_PATH", default_value = "/metrics")]
+    #[arg(long, env = "SLIDEGATE_PROMETHEUS_PATH", default_value = "/metrics", value_parser = parse_metrics_path)]
     pub prometheus_path: String,
     /// A statsd_exporter mapping file (Envoy Gateway mounts its own) instead of envoyproxy/
     /// ratelimit's default mapping; one that does not load stops the start.
@@ -71,6 +71,18 @@ pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
     };
     full.parse()
         .map_err(|e| format!("{e} (HOST:PORT, or :PORT for every interface)"))
+}
+
+/// A path the listener can serve: starting with `/`, without `{`, `}` or `*` (which a router
+/// reads as parameters).
+pub fn parse_metrics_path(text: &str) -> Result<String, String> {
+    if text.starts_with('/') && !text.contains(['{', '}', '*']) {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{text:?}: expected a path such as /metrics (no {{, }} or *)"
+        ))
+    }
 }
 
 /// The mapping file cannot be used.
