@@ -80,15 +80,21 @@ const LABEL_DIGEST_HEX: usize = 16;
 /// at a character boundary, `~`, and the first [`LABEL_DIGEST_HEX`] hex digits of the SHA-256
 /// of the whole value ([`MAX_LABEL_BYTES`] in all).
 pub fn bounded_label(value: &str) -> Cow<'_, str> {
-    if value.len() <= MAX_LABEL_BYTES {
+    bounded_to(value, MAX_LABEL_BYTES)
+}
+
+/// `value` if it is at most `max` bytes (more than [`LABEL_DIGEST_HEX`] + 1), else its first
+/// bytes, `~` and a digest of the whole, `max` bytes in all: distinct values stay distinct.
+pub fn bounded_to(value: &str, max: usize) -> Cow<'_, str> {
+    if value.len() <= max {
         return Cow::Borrowed(value);
     }
-    let mut end = MAX_LABEL_BYTES - 1 - LABEL_DIGEST_HEX;
+    let mut end = max - 1 - LABEL_DIGEST_HEX;
     while !value.is_char_boundary(end) {
         end -= 1;
     }
     let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
-    let mut label = String::with_capacity(MAX_LABEL_BYTES);
+    let mut label = String::with_capacity(max);
     label.push_str(&value[..end]);
     label.push('~');
     for byte in &digest.as_ref()[..LABEL_DIGEST_HEX / 2] {

@@ -34,6 +34,11 @@ pub const STATS: [&str; 5] = [
     "shadow_mode",
 ];
 
+/// Longest key kept as it is (Envoy Gateway's keys run to a few hundred bytes); a longer one,
+/// which only request values can make (`detailed_metric`, `value_to_metric`), is shortened with
+/// a digest.
+pub const MAX_KEY_BYTES: usize = 1024;
+
 /// The key under which rules past [`MAX_RULE_LABELS`] are counted together (per domain).
 pub const OVERFLOW_KEY: &str = "overflow";
 

@@ -389,9 +389,10 @@ impl RateLimiter {
 
     /// The name of the rule (or limit) that decided, when answers carry it.
     fn rule_of(&self, limited: &Limited<'_>, deciding: usize) -> Option<String> {
-        self.options
-            .response_metadata
-            .then(|| crate::metrics::bounded_label(limited.label_of(deciding)).into_owned())
+        self.options.response_metadata.then(|| {
+            let rule = limited.label_of(deciding);
+            crate::metrics::bounded_to(rule, envoy_stats::MAX_KEY_BYTES).into_owned()
+        })
     }
 
     /// The status (and metrics) of a descriptor that no limit applies to.
@@ -504,7 +505,7 @@ fn envoy_record(
     } else {
         result.count
     };
-    let key = crate::metrics::bounded_label(limited.envoy_key());
+    let key = crate::metrics::bounded_to(limited.envoy_key(), envoy_stats::MAX_KEY_BYTES);
     envoy.rule(domain, &key).record(
         limit,
         envoy.near(limit),
