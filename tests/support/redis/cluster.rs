@@ -152,6 +152,16 @@ fn spawn_cluster(
     settings: &[&str],
     per_node: &dyn Fn(usize) -> Vec<String>,
 ) -> Option<Vec<RedisServer>> {
+    spawn_cluster_attempt(masters, replicas, settings, per_node, 1)
+}
+
+fn spawn_cluster_attempt(
+    masters: usize,
+    replicas: usize,
+    settings: &[&str],
+    per_node: &dyn Fn(usize) -> Vec<String>,
+    attempt: u32,
+) -> Option<Vec<RedisServer>> {
     require_program("redis-cli")?;
     let mut nodes = Vec::new();
     for index in 0..masters * (1 + replicas) {
@@ -174,12 +184,24 @@ fn spawn_cluster(
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port))
         .collect();
-    run_ok(
-        Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]),
-        "redis-cli --cluster create",
-    );
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .output()
+        .unwrap_or_else(|e| panic!("redis-cli --cluster create: {e}"));
+    if !created.status.success() {
+        // A node can lose its port (or its bus port, port + 10000) to another test's server
+        // between `free_port` and its bind, and exit: the cluster is made again on new ports.
+        if attempt < 3 {
+            drop(nodes);
+            return spawn_cluster_attempt(masters, replicas, settings, per_node, attempt + 1);
+        }
+        panic!(
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&created.stdout),
+            String::from_utf8_lossy(&created.stderr)
+        );
+    }
     Some(nodes)
 }
