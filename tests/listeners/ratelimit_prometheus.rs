@@ -30,6 +30,20 @@ fn rules() -> tempfile::TempDir {
     rules
 }
 
+/// `n` calls through the rule, on one connection.
+async fn call_rule(server: &Slidegate, n: usize) {
+    let mut client = server.client().await;
+    for _ in 0..n {
+        client
+            .should_rate_limit(request(
+                "default/eg/http",
+                vec![descriptor(&[(KEY1, KEY1), (KEY2, KEY2)])],
+            ))
+            .await
+            .expect("answer");
+    }
+}
+
 fn mapper_file() -> String {
     format!(
         "{}/tests/fixtures/statsd/envoy_gateway_statsd_conf.yaml",
@@ -52,16 +66,7 @@ async fn envoy_gateway_slidegate(rules: &tempfile::TempDir, port: u16) -> Slideg
             ("PROMETHEUS_MAPPER_YAML", &mapper),
         ],
     );
-    let mut client = server.client().await;
-    for _ in 0..5 {
-        client
-            .should_rate_limit(request(
-                "default/eg/http",
-                vec![descriptor(&[(KEY1, KEY1), (KEY2, KEY2)])],
-            ))
-            .await
-            .expect("answer");
-    }
+    call_rule(&server, 5).await;
     server
 }
 
@@ -248,14 +253,7 @@ async fn a_mapping_file_of_ones_own_names_the_metrics() {
             &mapper,
         ],
     );
-    let mut client = server.client().await;
-    client
-        .should_rate_limit(request(
-            "default/eg/http",
-            vec![descriptor(&[(KEY1, KEY1), (KEY2, KEY2)])],
-        ))
-        .await
-        .expect("answer");
+    call_rule(&server, 1).await;
     let (status, text) = http_get(port, "/metrics");
     assert_eq!(status, 200);
     let mapped = format!(r#"hits_by_rule{{rule="{KEY2}_{KEY2}",tenant="default/eg/http"}}"#);
