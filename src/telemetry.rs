@@ -1,9 +1,8 @@
 //! OpenTelemetry traces: one span per decision, exported over OTLP (gRPC or HTTP/protobuf).
 //!
 //! Off unless `--otlp-endpoint` is given. Off, there is no exporter, no queue, no task, and the
-//! transports do not look at a single header: they ask the limiter for [`Traces`], get `None`,
-//! and call [`RateLimiter::should_rate_limit`](crate::limiter::RateLimiter::should_rate_limit),
-//! whose observer is `()` (docs/benchmarks.md, *Traces off*, measures the difference).
+//! transports do not look at a single header: they ask for [`Traces`], get `None`, and call the
+//! limiter with the observer `()` (docs/benchmarks.md, *Traces off*, measures the difference).
 //!
 //! On, each `ShouldRateLimit` call, `POST /json` and `/check` request:
 //!
@@ -12,9 +11,8 @@
 //!    `x-b3-sampled`, ...), as Envoy sends them with tracing on;
 //! 2. lets the sampler decide: parent-based (a caller's sampled flag is followed), the ratio for
 //!    a request without a caller's context. An unsampled request gets no span at all;
-//! 3. becomes a server span, child of the caller's span, whose attributes are filled in by the
-//!    limiter through [`Observer`] (see [`DecisionSpan`] for the list) and ended when the answer
-//!    is known;
+//! 3. becomes a server span, child of the caller's span, whose attributes are filled in while
+//!    the limiter decides (see [`DecisionSpan`] for the list) and ended when the answer is known;
 //! 4. is queued ([`QUEUE_SPANS`] at most; a full queue drops the span) for one export task on
 //!    the main thread's runtime, which sends batches of up to [`BATCH_SPANS`] spans, at the
 //!    latest [`BATCH_DELAY`] after the first one queued. A request never waits for the collector:
@@ -26,6 +24,10 @@
 //! request would enter a span in the subscriber (a registry lookup and a layer call each, on or
 //! off), and the attributes would go through `tracing`'s field recording and back. Here the
 //! code path when off is one `Option` test.
+//!
+//! This module knows spans, not decisions: it imports nothing from the limiter or the store.
+//! What a decision shows reaches it as names and numbers, from `service::decision`, which is
+//! where the limiter's observer for a span lives beside the answer's dynamic metadata.
 //!
 //! Why a queue of our own ([`ExportQueue`]) and not the SDK's batch processor: the SDK's drops
 //! are only logged, never counted where an operator can alert on them, and its processor runs
@@ -50,9 +52,7 @@ use opentelemetry_sdk::trace::{
 use prometheus::IntCounter;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::limiter::{Code, Observer, Response};
 use crate::metrics::Metrics;
-use crate::store::{FailureMode, StoreError};
 
 /// Finished spans waiting for export; past this, spans are dropped (and counted).
 pub const QUEUE_SPANS: usize = 8192;
@@ -300,9 +300,43 @@ struct Recording {
 }
 
 impl DecisionSpan {
-    /// Ends the span with the answer: the limiter's `result` (an error also when the request
-    /// did not decode) and the status the transport answered (gRPC code or HTTP status).
-    pub fn end(mut self, result: Result<&Response, &dyn Display>, status: u16) {
+    /// The request's domain, before anything is decided.
+    pub fn record_domain(&mut self, domain: &str) {
+        self.0
+            .attributes
+            .push(KeyValue::new("slidegate.domain", bounded(domain)));
+    }
+
+    /// A matched rule's label; the first [`MAX_LISTED`] are kept.
+    pub fn record_rule(&mut self, label: &str) {
+        if self.0.rules.len() < MAX_LISTED {
+            self.0.rules.push(bounded(label).into());
+        }
+    }
+
+    /// The store call took `elapsed`.
+    pub fn record_store_call(&mut self, elapsed: Duration) {
+        self.0.attributes.push(KeyValue::new(
+            "slidegate.store.duration",
+            elapsed.as_secs_f64(),
+        ));
+    }
+
+    /// The store call failed with an error of `kind`, and the failure mode `mode` answered.
+    pub fn record_store_failure(&mut self, kind: &'static str, mode: &'static str) {
+        self.0
+            .attributes
+            .push(KeyValue::new("slidegate.failure_mode", mode));
+        self.0.attributes.push(KeyValue::new("error.type", kind));
+    }
+
+    /// Ends the span with the answer: the decision (`OK` or `OVER_LIMIT`, and each
+    /// descriptor's), or the error when there was none (also when the request did not decode),
+    /// and the status the transport answered (gRPC code or HTTP status).
+    pub fn end<I>(mut self, result: Result<(&'static str, I), &dyn Display>, status: u16)
+    where
+        I: IntoIterator<Item = &'static str>,
+    {
         let mut attributes = std::mem::take(&mut self.0.attributes);
         attributes.push(KeyValue::new("slidegate.shadow_mode", self.0.shadow_mode));
         attributes.push(KeyValue::new("slidegate.store", self.0.store));
@@ -313,19 +347,22 @@ impl DecisionSpan {
                 Value::Array(Array::String(rules)),
             ));
         }
-        if let Ok(response) = result {
-            attributes.push(KeyValue::new("slidegate.decision", code(response.overall)));
-            let codes = response
-                .statuses
-                .iter()
-                .take(MAX_LISTED)
-                .map(|s| StringValue::from(code(s.code)))
-                .collect();
-            attributes.push(KeyValue::new(
-                "slidegate.descriptor_decisions",
-                Value::Array(Array::String(codes)),
-            ));
-        }
+        let error = match result {
+            Ok((overall, descriptors)) => {
+                attributes.push(KeyValue::new("slidegate.decision", overall));
+                let codes = descriptors
+                    .into_iter()
+                    .take(MAX_LISTED)
+                    .map(StringValue::from)
+                    .collect();
+                attributes.push(KeyValue::new(
+                    "slidegate.descriptor_decisions",
+                    Value::Array(Array::String(codes)),
+                ));
+                None
+            }
+            Err(error) => Some(error),
+        };
         let failed = match self.0.transport {
             Transport::Grpc => {
                 attributes.push(KeyValue::new("rpc.grpc.status_code", i64::from(status)));
@@ -341,49 +378,10 @@ impl DecisionSpan {
             }
         };
         self.0.span.set_attributes(attributes);
-        if failed && let Err(error) = result {
+        if failed && let Some(error) = error {
             self.0.span.set_status(Status::error(error.to_string()));
         }
         self.0.span.end();
-    }
-}
-
-impl Observer for DecisionSpan {
-    const WANTS_RULES: bool = true;
-
-    fn domain(&mut self, domain: &str) {
-        self.0
-            .attributes
-            .push(KeyValue::new("slidegate.domain", bounded(domain)));
-    }
-
-    fn rule(&mut self, label: &str) {
-        if self.0.rules.len() < MAX_LISTED {
-            self.0.rules.push(bounded(label).into());
-        }
-    }
-
-    fn store_call(&mut self, elapsed: Duration) {
-        self.0.attributes.push(KeyValue::new(
-            "slidegate.store.duration",
-            elapsed.as_secs_f64(),
-        ));
-    }
-
-    fn store_failed(&mut self, error: &StoreError, mode: FailureMode) {
-        self.0
-            .attributes
-            .push(KeyValue::new("slidegate.failure_mode", mode.as_str()));
-        self.0
-            .attributes
-            .push(KeyValue::new("error.type", error.kind()));
-    }
-}
-
-fn code(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::OverLimit => "OVER_LIMIT",
     }
 }
 

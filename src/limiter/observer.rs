@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use crate::store::{FailureMode, StoreError};
 
-/// What a decision shows beyond its [`Response`](super::Response), for a trace span ([`crate::telemetry`]). Every
-/// method does nothing by default; `()` is the observer of an untraced request.
+/// What a decision shows beyond its [`Response`](super::Response), for a trace span
+/// (`service::decision::span`). Every method does nothing by default; `()` is the observer of an
+/// untraced request.
 pub trait Observer {
     /// Whether [`Observer::rule`] wants the matched rules (the loop over them is skipped if not).
     const WANTS_RULES: bool = false;

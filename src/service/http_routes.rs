@@ -200,7 +200,7 @@ fn end_span(
 ) {
     if let Some(span) = span {
         let decided = decided.as_ref().map_err(|e| e as &dyn std::fmt::Display);
-        span.end(decided, response.status().as_u16());
+        super::decision::span::end(span, decided, response.status().as_u16());
     }
 }
 

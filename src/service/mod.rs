@@ -11,17 +11,18 @@
 //! - [`side`]: gRPC health and reflection, beside RateLimitService.
 //! - [`health`]: the serving state shared by both.
 //! - [`front`]: the limiter, traces and metrics every transport shares.
+//! - [`decision`]: what a decision shows to traces and to the answer's dynamic metadata.
 
 use crate::config::Unit;
 use crate::limiter::{Descriptor, LimitError, LimitOverride, RateLimiter, Request, Response};
 use crate::telemetry::DecisionSpan;
 
 pub mod check;
+pub mod decision;
 pub mod front;
 pub mod health;
 pub mod http_routes;
 pub mod json;
-pub mod metadata;
 pub mod ratelimit_prometheus;
 pub mod rls;
 pub mod side;

@@ -134,13 +134,13 @@ fn answer(result: Result<Response, LimitError>) -> Result<RateLimitResponse, Sta
 /// answered with.
 fn end_span(span: DecisionSpan, result: &Result<Response, LimitError>) {
     match result {
-        Ok(response) => span.end(Ok(response), 0),
+        Ok(response) => super::decision::span::end(span, Ok(response), 0),
         Err(error) => {
             let code = match error {
                 LimitError::InvalidArgument(_) => tonic::Code::InvalidArgument,
                 LimitError::Unavailable(_) => tonic::Code::Unavailable,
             };
-            span.end(Err(error), code as u16);
+            super::decision::span::end(span, Err(error), code as u16);
         }
     }
 }
@@ -260,7 +260,7 @@ fn length_delimited<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8], Counted> {
 
 /// Encodes a limiter response.
 pub fn to_proto(response: Response) -> RateLimitResponse {
-    let dynamic_metadata = super::metadata::of(&response);
+    let dynamic_metadata = super::decision::metadata::of(&response);
     RateLimitResponse {
         dynamic_metadata,
         overall_code: code(response.overall) as i32,

@@ -11,7 +11,9 @@
 //!   (`crate::{a, b::c}`) expanded, is an edge from the file's module to the module the path
 //!   names. A module naming its own submodules (declaring and re-exporting them) is containment,
 //!   not a dependency, and is left out; a submodule using its parent is kept.
-//! - The graph must have no cycle (the test prints one), and `metrics` no edge at all.
+//! - The graph must have no cycle (the test prints one), `metrics` no edge at all, and
+//!   `telemetry` none but to `metrics`: it consumes what a decision shows (from
+//!   `service::decision`) and must not climb back up into the limiter or the store.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -32,6 +34,16 @@ fn metrics_imports_nothing_from_the_crate() {
     let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     let uses = graph.get("metrics").cloned().unwrap_or_default();
     assert!(uses.is_empty(), "metrics uses {uses:?}");
+}
+
+#[test]
+fn telemetry_imports_only_metrics() {
+    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let uses = graph.get("telemetry").expect("telemetry is a module");
+    assert!(
+        uses.iter().all(|module| module == "metrics"),
+        "telemetry uses {uses:?}"
+    );
 }
 
 /// The checker itself: a loop in a made-up source tree is found.

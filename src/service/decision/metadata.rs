@@ -18,6 +18,7 @@
 use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value};
 
+use super::code_name as code;
 use crate::limiter::{Code, DescriptorStatus, Response};
 
 /// The metadata of `response`, if any of its descriptors had a limit and named its rule.
@@ -81,13 +82,6 @@ fn descriptor_fields(status: &DescriptorStatus) -> std::collections::BTreeMap<St
         },
     );
     fields
-}
-
-fn code(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::OverLimit => "OVER_LIMIT",
-    }
 }
 
 fn text(text: &str) -> Value {
