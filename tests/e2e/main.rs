@@ -7,3 +7,4 @@
 mod support;
 
 mod e2e;
+mod fixtures;
