@@ -35,6 +35,16 @@ impl Slidegate {
         Slidegate::launch(dir, config, redis_url, name, &[], &healthy)
     }
 
+    /// Like [`Slidegate::start`] on the memory store, with more `flags` (e.g.
+    /// `--response-metadata`).
+    pub fn start_with_flags(dir: &Path, config: &Path, name: &str, flags: &[&str]) -> Slidegate {
+        let healthy = |http_port: u16, grpc_port: u16| {
+            try_http(http_port, "GET", "/healthcheck", &[], "").is_ok_and(|r| r.status == 200)
+                && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
+        };
+        Slidegate::launch(dir, config, None, name, flags, &healthy)
+    }
+
     /// Starts `slidegate serve` on the memory store with TLS `flags`; waits until both ports
     /// accept connections (a plaintext /healthcheck cannot tell more).
     pub fn start_tls(dir: &Path, config: &Path, name: &str, flags: &[&str]) -> Slidegate {
@@ -106,6 +116,8 @@ impl Slidegate {
 pub struct Envoy {
     pub port: u16,
     pub admin_port: u16,
+    /// Envoy's stdout, where the example's access log goes: `<name>.access.log`.
+    access_log: PathBuf,
     _process: KillOnDrop,
 }
 
@@ -160,6 +172,7 @@ impl Envoy {
         };
         let config_path = dir.join(format!("{name}.yaml"));
         std::fs::write(&config_path, config).expect("write envoy config");
+        let access_log = dir.join(format!("{name}.access.log"));
         let child = Command::new(program)
             .arg("-c")
             .arg(&config_path)
@@ -169,8 +182,11 @@ impl Envoy {
                 "1",
                 "--log-level",
                 "info",
+                // The access log reaches the file within 0.1 s instead of Envoy's 10 s.
+                "--file-flush-interval-msec",
+                "100",
             ])
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(&access_log).expect("create access log"))
             .stderr(log_file(dir, name))
             .spawn()
             .expect("spawn envoy");
@@ -188,7 +204,33 @@ impl Envoy {
         Envoy {
             port,
             admin_port,
+            access_log,
             _process: process,
+        }
+    }
+
+    /// The access-log line (examples/envoy.yaml's format) of the one request for `path` (with
+    /// its query string): waits up to 30 s for Envoy to write it, panics with the log without it.
+    pub fn access_log_line(&self, method: &str, path: &str) -> String {
+        let request = format!("\"{method} {path} HTTP/1.1\"");
+        let mut log = String::new();
+        let mut lines = Vec::new();
+        wait_until(Duration::from_secs(30), || {
+            log = std::fs::read_to_string(&self.access_log).unwrap_or_default();
+            lines = log
+                .lines()
+                .filter(|l| l.contains(&request))
+                .map(str::to_string)
+                .collect();
+            !lines.is_empty()
+        });
+        match lines.as_slice() {
+            [line] => line.clone(),
+            [] => panic!(
+                "no access-log line for {request} in {}:\n{log}",
+                self.access_log.display()
+            ),
+            _ => panic!("several access-log lines for {request}:\n{log}"),
         }
     }
 

@@ -6,5 +6,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod e2e;
 mod fixtures;
