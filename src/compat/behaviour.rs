@@ -39,7 +39,7 @@ pub(super) fn logging<F: Fn(&str) -> Option<String>>(
     Ok(())
 }
 
-/// What a decision does: shadow and quota mode, response headers, the handling of denied hits and split
+/// What a decision does: shadow and quota mode, response headers and metadata, the handling of denied hits and split
 /// domains.
 pub(super) fn behaviour<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
@@ -50,6 +50,13 @@ pub(super) fn behaviour<F: Fn(&str) -> Option<String>>(
     }
     if let Some(quota) = env.flag("QUOTA_MODE")? {
         set(out, Value::QuotaMode(quota), "QUOTA_MODE");
+    }
+    if let Some(metadata) = env.flag("RESPONSE_DYNAMIC_METADATA")? {
+        set(
+            out,
+            Value::ResponseMetadata(metadata),
+            "RESPONSE_DYNAMIC_METADATA",
+        );
     }
     // envoyproxy/ratelimit sends no headers unless asked; slidegate's default is to send them.
     let headers = env.flag("LIMIT_RESPONSE_HEADERS_ENABLED")?.unwrap_or(false);

@@ -56,6 +56,7 @@ fn value(translation: &Translation, id: &str) -> Option<String> {
         | Value::ShadowMode(b)
         | Value::QuotaMode(b)
         | Value::ResponseHeaders(b)
+        | Value::ResponseMetadata(b)
         | Value::RecordOverLimit(b)
         | Value::HealthIgnoresStoreOutage(b)
         | Value::PrometheusResponseTimeAsMilliseconds(b) => b.to_string(),
@@ -508,6 +509,7 @@ fn the_environment_fills_only_what_the_user_left_at_its_default() {
         ("REDIS_TIMEOUT", "20ms"),
         ("SHADOW_MODE", "true"),
         ("QUOTA_MODE", "true"),
+        ("RESPONSE_DYNAMIC_METADATA", "true"),
         ("GRPC_PORT", "9000"),
         ("GRPC_SERVER_USE_TLS", "true"),
         ("GRPC_SERVER_TLS_CERT", "/env/cert.pem"),
@@ -518,6 +520,7 @@ fn the_environment_fills_only_what_the_user_left_at_its_default() {
     assert_eq!(s.store.redis_timeout, std::time::Duration::from_millis(20));
     assert!(s.requests.shadow_mode);
     assert!(s.requests.quota_mode);
+    assert!(s.requests.response_metadata);
     assert_eq!(s.listen.grpc_addr.to_string(), "0.0.0.0:9000");
     assert_eq!(
         s.listen.tls_listeners,

@@ -82,6 +82,7 @@ values! {
     ShadowMode(bool) => requests.shadow_mode,
     QuotaMode(bool) => requests.quota_mode,
     ResponseHeaders(bool) => requests.response_headers,
+    ResponseMetadata(bool) => requests.response_metadata,
     RecordOverLimit(bool) => requests.record_over_limit,
     LogFormat(LogFormat) => logging.log_format,
     LogLevel(String) => logging.log_level,

@@ -171,7 +171,20 @@ pub struct Rule {
     /// Levels from the root to the rule's node: the entries a descriptor needs to reach it
     /// (`check-config` warns about rules deeper than `--max-entries`).
     pub depth: usize,
+    /// The node's `metadata`, returned in answers' dynamic metadata (`--response-metadata`).
+    pub metadata: Option<Arc<RuleMetadata>>,
 }
+
+/// A rule's `metadata`: a map of any JSON values, at most [`MAX_METADATA_BYTES`] as JSON and
+/// [`MAX_METADATA_DEPTH`] levels deep.
+pub type RuleMetadata = serde_json::Map<String, serde_json::Value>;
+
+/// The longest a rule's `metadata` may be, written as JSON: it is copied into every answer that
+/// the rule lets through.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// The deepest a rule's `metadata` may nest (maps and lists).
+pub const MAX_METADATA_DEPTH: usize = 16;
 
 impl Rule {
     /// The name used in metrics when no runtime value is involved: `name` if set, else `path`.

@@ -88,6 +88,9 @@ pub(super) struct DescriptorModel {
     pub value_to_metric: Option<bool>,
     pub share_threshold: Option<bool>,
     pub descriptors: Option<Vec<Option<DescriptorModel>>>,
+    /// Returned in answers' dynamic metadata (`--response-metadata`), as envoyproxy/ratelimit
+    /// returns it with `RESPONSE_DYNAMIC_METADATA`; any YAML value here, checked by `validate`.
+    pub metadata: Option<serde_json::Value>,
 }
 
 impl Record for DescriptorModel {
@@ -128,12 +131,7 @@ impl Record for DescriptorModel {
             "value_to_metric" => self.value_to_metric = cx.flag(map)?,
             "share_threshold" => self.share_threshold = cx.flag(map)?,
             "descriptors" => self.descriptors = cx.list(map)?,
-            // envoyproxy/ratelimit returns it as dynamic metadata (`RESPONSE_DYNAMIC_METADATA`),
-            // which slidegate does not: accepted, unchecked and ignored, so its files load as they
-            // are.
-            "metadata" => {
-                map.next_value::<serde::de::IgnoredAny>()?;
-            }
+            "metadata" => self.metadata = Some(map.next_value::<serde_json::Value>()?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -142,7 +140,7 @@ impl Record for DescriptorModel {
     fn merge(&mut self, other: Self) -> Vec<&'static str> {
         merge_fields!(self, other;
             plain: key, value, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric,
-                share_threshold, descriptors;
+                share_threshold, descriptors, metadata;
             records: rate_limit)
     }
 

@@ -11,7 +11,10 @@ use std::time::Duration;
 use super::model::{DescriptorModel, FileModel, RateLimitModel};
 use super::read::Findings;
 use super::tree::{DomainRules, Level, Node, Pattern, Slot};
-use super::{ConfigError, ConfigWarning, Limit, Precision, Rule, Unit};
+use super::{
+    ConfigError, ConfigWarning, Limit, MAX_METADATA_BYTES, MAX_METADATA_DEPTH, Precision, Rule,
+    RuleMetadata, Unit,
+};
 
 // The longest window accepted is the longest the stores hold; longer ones are certainly typos.
 use crate::store::MAX_WINDOW;
@@ -224,6 +227,7 @@ impl Compiler {
             value_to_metric,
             share_threshold,
             descriptors,
+            metadata,
         } = descriptor;
         let shadow_mode = shadow_mode.unwrap_or(false);
         let quota_mode = quota_mode.unwrap_or(false);
@@ -272,7 +276,9 @@ impl Compiler {
             detailed_metric,
             value_to_metric: value_to_metric_on_path,
         };
-        let rule = self.rule(rate_limit, rate_limits, loc, &path, rule_flags);
+        let metadata = metadata.and_then(|m| self.metadata(m, &format!("{loc}.metadata")));
+        let limits = (rate_limit, rate_limits);
+        let rule = self.rule(limits, metadata, loc, &path, rule_flags);
         let children = self.level(
             descriptors.unwrap_or_default(),
             loc,
@@ -301,8 +307,8 @@ impl Compiler {
     /// there is never a question of which wins.
     fn rule(
         &mut self,
-        rate_limit: Option<RateLimitModel>,
-        rate_limits: Option<Vec<Option<RateLimitModel>>>,
+        (rate_limit, rate_limits): (Option<RateLimitModel>, Option<Vec<Option<RateLimitModel>>>),
+        metadata: Option<RuleMetadata>,
         loc: &str,
         path: &str,
         flags: RuleFlags,
@@ -384,10 +390,46 @@ impl Compiler {
             replaces: status.replaces,
             source: self.file.clone(),
             depth: loc.matches("descriptors[").count(),
+            metadata: metadata.map(Arc::new),
         });
         let at = status.replaces_at.unwrap_or(base);
         self.rules.push((at, rule.clone()));
         Some(rule)
+    }
+
+    /// A node's `metadata`: a map (or null, for none), bounded in size and depth. On a node
+    /// without a limit it acts on nothing, as in envoyproxy/ratelimit, and is accepted.
+    fn metadata(&mut self, metadata: serde_json::Value, at: &str) -> Option<RuleMetadata> {
+        let map = match metadata {
+            serde_json::Value::Null => return None,
+            serde_json::Value::Object(map) => map,
+            other => {
+                self.error(
+                    at,
+                    format!("expected a map of names to values, got `{other}`"),
+                );
+                return None;
+            }
+        };
+        let bytes = serde_json::to_vec(&map).map_or(usize::MAX, |json| json.len());
+        if bytes > MAX_METADATA_BYTES {
+            self.error(
+                at,
+                format!(
+                    "{bytes} bytes as JSON, more than {MAX_METADATA_BYTES}: it is copied into \
+                     every answer the rule lets through"
+                ),
+            );
+            return None;
+        }
+        if 1 + map.values().map(depth).max().unwrap_or(0) > MAX_METADATA_DEPTH {
+            self.error(
+                at,
+                format!("nested more than {MAX_METADATA_DEPTH} levels deep"),
+            );
+            return None;
+        }
+        Some(map)
     }
 
     /// Flags of a node without a limit act on nothing: envoyproxy/ratelimit accepts them (and
@@ -670,4 +712,13 @@ fn parse_unit(text: &str) -> Option<Unit> {
     ];
     ALL.into_iter()
         .find(|unit| unit.as_str().eq_ignore_ascii_case(text))
+}
+
+/// How many maps and lists deep `value` nests (a scalar is 0).
+fn depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        serde_json::Value::Array(list) => 1 + list.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }

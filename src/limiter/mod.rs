@@ -66,7 +66,7 @@ pub use request::{
     Descriptor, LimitError, LimitOverride, Request, RequestLimits, entry_text, entry_text_owned,
     validate,
 };
-pub use response::{Code, CurrentLimit, DescriptorStatus, Response};
+pub use response::{Code, CurrentLimit, DecidingRule, DescriptorStatus, Response};
 use response::{better_for_headers, current_limit, headers, most_restrictive, saturate_u32};
 
 /// How the limiter behaves, from the command line.
@@ -388,10 +388,13 @@ impl RateLimiter {
     }
 
     /// The name of the rule (or limit) that decided, when answers carry it.
-    fn rule_of(&self, limited: &Limited<'_>, deciding: usize) -> Option<String> {
+    fn rule_of(&self, limited: &Limited<'_>, deciding: usize) -> Option<Box<DecidingRule>> {
         self.options.response_metadata.then(|| {
             let rule = limited.label_of(deciding);
-            crate::metrics::bounded_to(rule, envoy_stats::MAX_KEY_BYTES).into_owned()
+            Box::new(DecidingRule {
+                name: crate::metrics::bounded_to(rule, envoy_stats::MAX_KEY_BYTES).into_owned(),
+                metadata: limited.rule.and_then(|rule| rule.metadata.clone()),
+            })
         })
     }
 

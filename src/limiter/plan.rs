@@ -7,7 +7,7 @@ use std::ops::Range;
 use super::request::{counted_as_is, counted_value};
 use super::{Descriptor, LimitOverride, RateLimiter, Request};
 use crate::Scratch;
-use crate::config::{DomainRules, Limit, Precision, RuleMatch, Unit};
+use crate::config::{DomainRules, Limit, Precision, Rule, RuleMatch, Unit};
 use crate::store::form::recorded_in;
 use crate::store::key::CounterTag;
 use crate::store::work::work;
@@ -32,9 +32,8 @@ pub(super) enum Plan<'a> {
 pub(super) struct Limited<'a> {
     /// The metrics `rule` label of the descriptor.
     pub(super) label: Cow<'a, str>,
-    pub(super) name: Option<&'a str>,
-    /// The rule's path (`key_value.key`), empty for a limit override.
-    pub(super) path: &'a str,
+    /// The matched rule (its `name`, path and `metadata`); `None` for a limit override.
+    pub(super) rule: Option<&'a Rule>,
     /// A limit's own `name` replaces `label` when that limit decides (not where the rule's
     /// metrics show request values: `detailed_metric`, `value_to_metric`).
     pub(super) own_labels: bool,
@@ -55,7 +54,7 @@ impl Limited<'_> {
     /// request values the name that shows them; for a limit override, its entries' keys.
     pub(super) fn envoy_key(&self) -> &str {
         if self.own_labels {
-            self.path
+            self.rule.map_or("", |rule| &rule.path)
         } else {
             self.label.strip_prefix("override:").unwrap_or(&self.label)
         }
@@ -125,8 +124,7 @@ impl RateLimiter {
                         let limited = Limited {
                             // Moved out: the tag below needs only the match's entries.
                             label: std::mem::take(&mut m.stats_name),
-                            name: m.rule.name.as_deref(),
-                            path: &m.rule.path,
+                            rule: Some(m.rule),
                             own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
                             limits: Cow::Borrowed(&m.rule.limits),
                             shadow: m.rule.shadow_mode,
@@ -295,8 +293,7 @@ pub(super) fn override_plan<'a>(
     };
     Limited {
         label: Cow::Owned(override_label(&descriptor.entries)),
-        name: None,
-        path: "",
+        rule: None,
         own_labels: false,
         limits: Cow::Owned(vec![limit]),
         shadow: false,

@@ -1,10 +1,11 @@
 //! The answer: per-descriptor statuses, the most restrictive counter, and the response headers.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::plan::Limited;
-use crate::config::{Limit, Unit};
+use crate::config::{Limit, RuleMetadata, Unit};
 use crate::store::{Counter, CounterResult};
 
 /// OK or over limit.
@@ -33,11 +34,21 @@ pub struct DescriptorStatus {
     pub current_limit: Option<CurrentLimit>,
     pub limit_remaining: u32,
     pub duration_until_reset: Option<Duration>,
-    /// The metrics name of the rule (or of its limit) that decided, with
-    /// [`Options::response_metadata`](super::Options::response_metadata); else `None`.
-    pub rule: Option<String>,
+    /// The rule that decided, with [`Options::response_metadata`](super::Options::response_metadata);
+    /// else `None`. Boxed: it is rarely asked for, and a status is moved several times per call.
+    pub rule: Option<Box<DecidingRule>>,
     /// A shadow rule's (or the global shadow mode's): its `OVER_LIMIT` denies nothing.
     pub shadow: bool,
+}
+
+/// The rule that decided a descriptor, as answers show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecidingRule {
+    /// Its metrics name (or its limit's, under `rate_limits`), at most
+    /// [`envoy_stats::MAX_KEY_BYTES`](super::envoy_stats::MAX_KEY_BYTES) long.
+    pub name: String,
+    /// Its `metadata` from the rule file, if any.
+    pub metadata: Option<Arc<RuleMetadata>>,
 }
 
 /// The limit reported for a descriptor: as configured (`requests_per_unit` per `unit`), plus the
@@ -137,7 +148,9 @@ pub(super) fn saturate_u32(n: u64) -> u32 {
 /// The limit a descriptor reports, named by its own `name`, else by the rule's.
 pub(super) fn current_limit(limited: &Limited<'_>, limit: &Limit) -> CurrentLimit {
     CurrentLimit {
-        name: limit.name.as_deref().or(limited.name).map(str::to_string),
+        name: (limit.name.as_ref())
+            .or(limited.rule.and_then(|rule| rule.name.as_ref()))
+            .cloned(),
         requests_per_unit: saturate_u32(limit.requests_per_unit),
         unit: limit.unit,
         window: limit.window(),

@@ -38,11 +38,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as ProtoCode, DescriptorStatus as ProtoStatus, RateLimit,
 };
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, Struct};
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 use prost::{DecodeError, Message};
 use tonic::Status;
 
+use super::decision::metadata;
 use super::front::{Front, Transport};
 use super::unit_to_proto;
 use super::wire::WireRequest;
@@ -84,26 +85,33 @@ impl GrpcService {
         mut span: DecisionSpan,
     ) -> Result<RateLimitResponse, Status> {
         let result = self.decide(message, &mut span).await;
-        end_span(span, &result);
+        end_span(span, result.as_ref().map(|(response, _)| response));
         answer(result)
     }
 
-    /// Decodes within the limits, decides (told to `observer`), and counts the call.
+    /// Decodes within the limits, decides (told to `observer`), and counts the call; with
+    /// `--response-metadata`, the answer's dynamic metadata too, while the request is at hand.
     async fn decide<O: Observer>(
         &self,
         message: RequestBytes,
         observer: &mut O,
-    ) -> Result<Response, LimitError> {
+    ) -> Result<(Response, Option<Box<Struct>>), LimitError> {
         let started = Instant::now();
         let result = match decode(&message.0, &self.front.limiter().options().limits) {
             Ok(wire) => {
                 self.front.observe_escaped(Transport::Grpc, wire.escaped());
                 let domain = wire.domain();
                 let request = wire.request(&domain);
-                self.front
+                let decided = self
+                    .front
                     .limiter()
-                    .should_rate_limit_observed(&request, observer)
-                    .await
+                    .should_rate_limit_observed(&request, observer);
+                decided.await.map(|response| {
+                    let metadata = (self.front.limiter().options())
+                        .response_metadata
+                        .then(|| Box::new(metadata::of(&request, &response)));
+                    (response, metadata)
+                })
             }
             Err(error) => Err(error),
         };
@@ -122,9 +130,11 @@ impl GrpcService {
 }
 
 /// The call's answer: the response, or the status a [`LimitError`] is answered with.
-fn answer(result: Result<Response, LimitError>) -> Result<RateLimitResponse, Status> {
+fn answer(
+    result: Result<(Response, Option<Box<Struct>>), LimitError>,
+) -> Result<RateLimitResponse, Status> {
     match result {
-        Ok(response) => Ok(to_proto(response)),
+        Ok((response, metadata)) => Ok(to_proto(response, metadata.map(|m| *m))),
         Err(LimitError::InvalidArgument(message)) => Err(Status::invalid_argument(message)),
         Err(error @ LimitError::Unavailable(_)) => Err(Status::unavailable(error.to_string())),
     }
@@ -132,7 +142,7 @@ fn answer(result: Result<Response, LimitError>) -> Result<RateLimitResponse, Sta
 
 /// Ends a traced call's span with the answer the call gets: the gRPC code a [`LimitError`] is
 /// answered with.
-fn end_span(span: DecisionSpan, result: &Result<Response, LimitError>) {
+fn end_span(span: DecisionSpan, result: Result<&Response, &LimitError>) {
     match result {
         Ok(response) => super::decision::span::end(span, Ok(response), 0),
         Err(error) => {
@@ -258,9 +268,8 @@ fn length_delimited<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8], Counted> {
     Ok(payload)
 }
 
-/// Encodes a limiter response.
-pub fn to_proto(response: Response) -> RateLimitResponse {
-    let dynamic_metadata = super::decision::metadata::of(&response);
+/// Encodes a limiter response, with its dynamic metadata if any.
+pub fn to_proto(response: Response, dynamic_metadata: Option<Struct>) -> RateLimitResponse {
     RateLimitResponse {
         dynamic_metadata,
         overall_code: code(response.overall) as i32,

@@ -35,7 +35,8 @@ pub struct RequestSettings {
     /// Put the decision in every gRPC answer's dynamic metadata, which Envoy's ratelimit filter
     /// keeps under `envoy.filters.http.ratelimit` for the access log
     /// (`%DYNAMIC_METADATA(envoy.filters.http.ratelimit:rule)%`) and later filters: the overall
-    /// code, and the rule that decided with its limit, window, remaining and shadow flag.
+    /// code, the rule that decided with its limit, window, remaining and shadow flag, each
+    /// descriptor's, and envoyproxy/ratelimit's fields (domain, entries, the rules' `metadata`).
     #[arg(long, env = "SLIDEGATE_RESPONSE_METADATA", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub response_metadata: bool,

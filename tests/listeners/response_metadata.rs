@@ -1,7 +1,9 @@
 //! `--response-metadata`: the decision in every `ShouldRateLimit` answer's dynamic metadata, which
 //! Envoy keeps under `envoy.filters.http.ratelimit` for its access log, through the binary: the
 //! overall code, the rule that decided (by name, or by path when unnamed) with its limit, window,
-//! remaining and shadow flag, and each descriptor's; none without the flag.
+//! remaining and shadow flag, and each descriptor's; none without the flag. Under
+//! envoyproxy/ratelimit's `RESPONSE_DYNAMIC_METADATA=true`, the fields it sends too: `domain`,
+//! `descriptors[].entries`, `hitsAddend` and the YAML `metadata` of the descriptors that passed.
 
 use envoy_types::pb::google::protobuf::Struct;
 use envoy_types::pb::google::protobuf::value::Kind;
@@ -28,6 +30,27 @@ fn text<'a>(fields: &'a Struct, name: &str) -> Option<&'a str> {
     match field(fields, name) {
         Some(Kind::StringValue(s)) => Some(s),
         _ => None,
+    }
+}
+
+fn strings(fields: &Struct, name: &str) -> Vec<String> {
+    match field(fields, name) {
+        Some(Kind::ListValue(list)) => list
+            .values
+            .iter()
+            .map(|v| match &v.kind {
+                Some(Kind::StringValue(s)) => s.clone(),
+                other => panic!("{name}: {other:?}"),
+            })
+            .collect(),
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+fn structure<'a>(fields: &'a Struct, name: &str) -> &'a Struct {
+    match field(fields, name) {
+        Some(Kind::StructValue(s)) => s,
+        other => panic!("{name}: {other:?} in {fields:?}"),
     }
 }
 
@@ -97,7 +120,13 @@ async fn answers_name_the_rule_that_decided() {
     assert_eq!(text(&each[1], "code"), Some("OVER_LIMIT"));
     assert_eq!(text(&each[2], "rule"), Some("probe"));
     assert_eq!(field(&each[2], "shadow"), Some(&Kind::BoolValue(true)));
-    assert!(each[3].fields.is_empty(), "no limit, no fields");
+    assert_eq!(
+        each[3].fields.keys().collect::<Vec<_>>(),
+        ["entries"],
+        "no limit, no decision: {:?}",
+        each[3]
+    );
+    assert_eq!(strings(&each[3], "entries"), ["nothing=here"]);
 
     // Without the flag the answers carry none.
     let plain = Slidegate::start(rules.path(), &[]);
@@ -109,4 +138,104 @@ async fn answers_name_the_rule_that_decided() {
         .expect("answer")
         .into_inner();
     assert_eq!(answer.dynamic_metadata, None);
+}
+
+const WITH_METADATA: &str = "domain: meta
+descriptors:
+  - key: team
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+    metadata:
+      owner: payments
+      runbook: { url: https://runbooks/payments, severity: 2 }
+      tags: [a, b]
+  - key: user
+    rate_limit: { name: per_user, unit: minute, requests_per_unit: 1 }
+    metadata:
+      owner: identity
+      denied_only: yes
+  - key: region
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+    metadata:
+      owner: infra
+      runbook: { oncall: infra-team, severity: 1 }
+";
+
+/// envoyproxy/ratelimit's environment turns the metadata on, with its fields: `domain`, each
+/// descriptor's `entries` and own `hitsAddend`, the request's `hitsAddend`, and `metadata` merged
+/// from the rules of the descriptors that passed (the first value of a name wins; maps merge).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoyproxy_ratelimit_fields_and_the_yaml_metadata_of_passed_rules() {
+    let rules = tempfile::tempdir().expect("tempdir");
+    std::fs::write(rules.path().join("rules.yaml"), WITH_METADATA).expect("write rules");
+    let server = Slidegate::start_with_env(
+        rules.path(),
+        &[],
+        &[
+            ("RESPONSE_DYNAMIC_METADATA", "true"),
+            ("USE_STATSD", "false"),
+        ],
+    );
+    let mut client = server.client().await;
+    let call = |hits: u32| {
+        let mut user = descriptor(&[("user", "alice")]);
+        user.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: 1 });
+        let mut request = request(
+            "meta",
+            vec![
+                descriptor(&[("team", "pay")]),
+                user,
+                descriptor(&[("region", "eu")]),
+                descriptor(&[("region", "eu"), ("zone", "a")]),
+            ],
+        );
+        request.hits_addend = hits;
+        request
+    };
+    let first = client
+        .should_rate_limit(call(0))
+        .await
+        .expect("answer")
+        .into_inner();
+    let metadata = first.dynamic_metadata.expect("dynamic metadata");
+    assert_eq!(text(&metadata, "domain"), Some("meta"), "{metadata:?}");
+    assert_eq!(field(&metadata, "hitsAddend"), None, "0 is left out");
+    let merged = structure(&metadata, "metadata");
+    // All three passed: the first rule's owner wins, the runbook maps merge.
+    assert_eq!(text(merged, "owner"), Some("payments"), "{merged:?}");
+    assert_eq!(strings(merged, "tags"), ["a", "b"]);
+    assert_eq!(text(merged, "denied_only"), Some("yes"));
+    let runbook = structure(merged, "runbook");
+    assert_eq!(text(runbook, "url"), Some("https://runbooks/payments"));
+    assert_eq!(number(runbook, "severity"), Some(2.0), "first wins");
+    assert_eq!(text(runbook, "oncall"), Some("infra-team"), "merged in");
+    let Some(Kind::ListValue(list)) = field(&metadata, "descriptors") else {
+        panic!("descriptors: {metadata:?}");
+    };
+    let each: Vec<&Struct> = list
+        .values
+        .iter()
+        .map(|v| match &v.kind {
+            Some(Kind::StructValue(s)) => s,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(strings(each[0], "entries"), ["team=pay"]);
+    assert_eq!(field(each[0], "hitsAddend"), None);
+    assert_eq!(number(each[1], "hitsAddend"), Some(1.0));
+    assert_eq!(strings(each[3], "entries"), ["region=eu", "zone=a"]);
+    assert_eq!(field(each[3], "rule"), None, "no rule below `region`");
+
+    // The second call is over per_user: its rule's metadata is not among the passed ones.
+    let second = client
+        .should_rate_limit(call(1))
+        .await
+        .expect("answer")
+        .into_inner();
+    let metadata = second.dynamic_metadata.expect("dynamic metadata");
+    assert_eq!(text(&metadata, "code"), Some("OVER_LIMIT"));
+    assert_eq!(text(&metadata, "rule"), Some("per_user"));
+    assert_eq!(number(&metadata, "hitsAddend"), Some(1.0));
+    let merged = structure(&metadata, "metadata");
+    assert_eq!(text(merged, "owner"), Some("payments"));
+    assert_eq!(field(merged, "denied_only"), None, "{merged:?}");
 }

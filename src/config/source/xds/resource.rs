@@ -7,14 +7,16 @@
 //! What envoyproxy/ratelimit accepts from a control plane is accepted here too, since one refused
 //! resource NACKs the whole response (every domain keeps its old rules). So the conversion leaves
 //! out what acts on nothing: the flags of a node without a `rate_limit` (Envoy Gateway sets
-//! `shadow_mode` on every node of a shadow rule's chain), `metadata` (returned as dynamic metadata
-//! by envoyproxy/ratelimit, which slidegate does not send), and the count of an unlimited rule.
+//! `shadow_mode` on every node of a shadow rule's chain, and its `metadata`) and the count of an
+//! unlimited rule. A limited node's `metadata` (a protobuf `Struct`) becomes the YAML map it
+//! stands for, returned in answers' dynamic metadata as the rule files' is.
 //! Unit numbers the proto does not define are refused here, naming the field, as envoyproxy/
 //! ratelimit refuses them; everything else is the rule files' own validation.
 
 use std::collections::HashMap;
 
-use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Any, Struct as ProtoStruct, Value as ProtoValue};
 use prost::Message as _;
 use serde_json::{Map, Value, json};
 
@@ -137,12 +139,40 @@ fn descriptor(
         for (field, _) in flags.into_iter().filter(|(_, on)| *on) {
             node.insert(field.into(), true.into());
         }
+        if let Some(metadata) = &descriptor.metadata {
+            node.insert("metadata".into(), struct_value(metadata));
+        }
     }
     if !descriptor.descriptors.is_empty() {
         let children = descriptors(&descriptor.descriptors, loc, file, errors);
         node.insert("descriptors".into(), children.into());
     }
     Value::Object(node)
+}
+
+/// A protobuf `Struct` as the JSON map it stands for. A number JSON cannot hold (NaN, an
+/// infinity) becomes null.
+fn struct_value(fields: &ProtoStruct) -> Value {
+    Value::Object(
+        fields
+            .fields
+            .iter()
+            .map(|(name, value)| (name.clone(), proto_value(value)))
+            .collect(),
+    )
+}
+
+fn proto_value(value: &ProtoValue) -> Value {
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::NumberValue(n)) => {
+            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
+        }
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StructValue(s)) => struct_value(s),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(proto_value).collect()),
+    }
 }
 
 /// A policy as a YAML `rate_limit`. Proto3 cannot tell an unset field from its zero value, so
@@ -307,6 +337,49 @@ mod tests {
                 "edge route_route.free: unlimited [xds:edge]",
                 "edge route_route.q: 2 per WEEK (window 7days, exact) quota_mode [xds:edge]",
             ]
+        );
+    }
+
+    #[test]
+    fn a_limited_nodes_metadata_reaches_its_rule() {
+        use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PValue};
+        let value = |kind| PValue { kind: Some(kind) };
+        let mut runbook = Struct::default();
+        runbook
+            .fields
+            .insert("severity".into(), value(Kind::NumberValue(2.0)));
+        let mut metadata = Struct::default();
+        metadata
+            .fields
+            .insert("owner".into(), value(Kind::StringValue("payments".into())));
+        metadata
+            .fields
+            .insert("runbook".into(), value(Kind::StructValue(runbook)));
+        let tags = ListValue {
+            values: vec![
+                value(Kind::BoolValue(true)),
+                value(Kind::NumberValue(f64::NAN)),
+            ],
+        };
+        metadata
+            .fields
+            .insert("tags".into(), value(Kind::ListValue(tags)));
+        let config = RateLimitConfig {
+            name: "edge".into(),
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                key: "user".into(),
+                rate_limit: policy(RateLimitUnit::Minute, 5),
+                metadata: Some(metadata),
+                ..Default::default()
+            }],
+        };
+        let rules = rules_from(&[any(&config)]).expect("accepted");
+        let rule = &rules.rules()[0];
+        let metadata = rule.metadata.as_deref().expect("metadata kept");
+        assert_eq!(
+            Value::Object(metadata.clone()),
+            json!({"owner": "payments", "runbook": {"severity": 2.0}, "tags": [true, null]})
         );
     }
 
