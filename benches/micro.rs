@@ -367,7 +367,7 @@ fn limiter(c: &mut Criterion) {
                 let wire = WireRequest::decode(requests[i].as_slice()).expect("decodes");
                 let domain = wire.domain();
                 let response = runtime.block_on(limiter.should_rate_limit(&wire.request(&domain)));
-                black_box(response.map(|r| to_proto(r, None)).ok())
+                black_box(response.map(to_proto).ok())
             })
         });
         group.bench_function(BenchmarkId::new("decode", descriptors), |b| {

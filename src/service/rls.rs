@@ -38,7 +38,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as ProtoCode, DescriptorStatus as ProtoStatus, RateLimit,
 };
-use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, Struct};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 use prost::{DecodeError, Message};
 use tonic::Status;
@@ -70,10 +70,7 @@ impl GrpcService {
     }
 
     /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call.
-    pub async fn should_rate_limit(
-        &self,
-        message: RequestBytes,
-    ) -> Result<RateLimitResponse, Status> {
+    pub async fn should_rate_limit(&self, message: RequestBytes) -> Result<Answer, Status> {
         answer(self.decide(message, &mut ()).await)
     }
 
@@ -83,7 +80,7 @@ impl GrpcService {
         &self,
         message: RequestBytes,
         mut span: DecisionSpan,
-    ) -> Result<RateLimitResponse, Status> {
+    ) -> Result<Answer, Status> {
         let result = self.decide(message, &mut span).await;
         end_span(span, result.as_ref().map(|(response, _)| response));
         answer(result)
@@ -95,7 +92,7 @@ impl GrpcService {
         &self,
         message: RequestBytes,
         observer: &mut O,
-    ) -> Result<(Response, Option<Box<Struct>>), LimitError> {
+    ) -> Result<(Response, Option<Vec<u8>>), LimitError> {
         let started = Instant::now();
         let result = match decode(&message.0, &self.front.limiter().options().limits) {
             Ok(wire) => {
@@ -109,7 +106,7 @@ impl GrpcService {
                 decided.await.map(|response| {
                     let metadata = (self.front.limiter().options())
                         .response_metadata
-                        .then(|| Box::new(metadata::of(&request, &response)));
+                        .then(|| metadata::encode(&request, &response));
                     (response, metadata)
                 })
             }
@@ -129,12 +126,59 @@ impl GrpcService {
     }
 }
 
+/// A `RateLimitResponse` whose `dynamic_metadata` (field 6) is already encoded
+/// ([`metadata::encode`]); on the wire the same message. Decoded, it is a `RateLimitResponse`
+/// with its metadata in `response`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Answer {
+    pub response: RateLimitResponse,
+    /// An encoded `google.protobuf.Struct`; empty for none.
+    pub dynamic_metadata: Vec<u8>,
+}
+
+/// `RateLimitResponse.dynamic_metadata`'s field number.
+const DYNAMIC_METADATA: u32 = 6;
+
+impl Message for Answer {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        self.response.encode_raw(buf);
+        if !self.dynamic_metadata.is_empty() {
+            prost::encoding::bytes::encode(DYNAMIC_METADATA, &self.dynamic_metadata, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        self.response.merge_field(tag, wire_type, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        let metadata = if self.dynamic_metadata.is_empty() {
+            0
+        } else {
+            prost::encoding::bytes::encoded_len(DYNAMIC_METADATA, &self.dynamic_metadata)
+        };
+        self.response.encoded_len() + metadata
+    }
+
+    fn clear(&mut self) {
+        self.response.clear();
+        self.dynamic_metadata.clear();
+    }
+}
+
 /// The call's answer: the response, or the status a [`LimitError`] is answered with.
-fn answer(
-    result: Result<(Response, Option<Box<Struct>>), LimitError>,
-) -> Result<RateLimitResponse, Status> {
+fn answer(result: Result<(Response, Option<Vec<u8>>), LimitError>) -> Result<Answer, Status> {
     match result {
-        Ok((response, metadata)) => Ok(to_proto(response, metadata.map(|m| *m))),
+        Ok((response, metadata)) => Ok(Answer {
+            response: to_proto(response),
+            dynamic_metadata: metadata.unwrap_or_default(),
+        }),
         Err(LimitError::InvalidArgument(message)) => Err(Status::invalid_argument(message)),
         Err(error @ LimitError::Unavailable(_)) => Err(Status::unavailable(error.to_string())),
     }
@@ -268,10 +312,9 @@ fn length_delimited<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8], Counted> {
     Ok(payload)
 }
 
-/// Encodes a limiter response, with its dynamic metadata if any.
-pub fn to_proto(response: Response, dynamic_metadata: Option<Struct>) -> RateLimitResponse {
+/// A limiter response as Envoy's message (without dynamic metadata: see [`Answer`]).
+pub fn to_proto(response: Response) -> RateLimitResponse {
     RateLimitResponse {
-        dynamic_metadata,
         overall_code: code(response.overall) as i32,
         statuses: response.statuses.into_iter().map(status).collect(),
         response_headers_to_add: response
