@@ -411,25 +411,13 @@ impl Compiler {
                 return None;
             }
         };
-        let bytes = serde_json::to_vec(&map).map_or(usize::MAX, |json| json.len());
-        if bytes > MAX_METADATA_BYTES {
-            self.error(
-                at,
-                format!(
-                    "{bytes} bytes as JSON, more than {MAX_METADATA_BYTES}: it is copied into \
-                     every answer the rule lets through"
-                ),
-            );
-            return None;
+        match metadata_bounds(&map) {
+            Ok(()) => Some(map),
+            Err(problem) => {
+                self.error(at, problem);
+                None
+            }
         }
-        if 1 + map.values().map(depth).max().unwrap_or(0) > MAX_METADATA_DEPTH {
-            self.error(
-                at,
-                format!("nested more than {MAX_METADATA_DEPTH} levels deep"),
-            );
-            return None;
-        }
-        Some(map)
     }
 
     /// Flags of a node without a limit act on nothing: envoyproxy/ratelimit accepts them (and
@@ -712,6 +700,22 @@ fn parse_unit(text: &str) -> Option<Unit> {
     ];
     ALL.into_iter()
         .find(|unit| unit.as_str().eq_ignore_ascii_case(text))
+}
+
+/// Why a rule's `metadata` cannot be kept: over [`MAX_METADATA_BYTES`] as JSON or
+/// [`MAX_METADATA_DEPTH`] levels deep.
+pub(super) fn metadata_bounds(map: &RuleMetadata) -> Result<(), String> {
+    let bytes = serde_json::to_vec(map).map_or(usize::MAX, |json| json.len());
+    if bytes > MAX_METADATA_BYTES {
+        return Err(format!(
+            "{bytes} bytes as JSON, more than {MAX_METADATA_BYTES}: it is copied into every \
+             answer the rule lets through"
+        ));
+    }
+    if 1 + map.values().map(depth).max().unwrap_or(0) > MAX_METADATA_DEPTH {
+        return Err(format!("nested more than {MAX_METADATA_DEPTH} levels deep"));
+    }
+    Ok(())
 }
 
 /// How many maps and lists deep `value` nests (a scalar is 0).

@@ -239,3 +239,52 @@ async fn envoyproxy_ratelimit_fields_and_the_yaml_metadata_of_passed_rules() {
     assert_eq!(text(merged, "owner"), Some("payments"));
     assert_eq!(field(merged, "denied_only"), None, "{merged:?}");
 }
+
+/// Values come from clients: each is echoed in `entries` cut to 256 bytes, and an answer echoes
+/// at most 16 KiB of entries, however long and many the request's values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echoed_entries_are_bounded() {
+    let rules = tempfile::tempdir().expect("tempdir");
+    std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
+    let server = Slidegate::start(rules.path(), &["--response-metadata"]);
+    let long = "é".repeat(3000);
+    let descriptors = (0..64)
+        .map(|_| descriptor(&[("user", &long), ("b", &long)]))
+        .collect();
+    let answer = server
+        .client()
+        .await
+        .should_rate_limit(request("meta", descriptors))
+        .await
+        .expect("answer")
+        .into_inner();
+    let metadata = answer.dynamic_metadata.expect("dynamic metadata");
+    let Some(Kind::ListValue(list)) = field(&metadata, "descriptors") else {
+        panic!("descriptors");
+    };
+    assert_eq!(list.values.len(), 64, "every descriptor is listed");
+    let mut echoed = 0;
+    for value in &list.values {
+        let Some(Kind::StructValue(each)) = &value.kind else {
+            panic!("{value:?}");
+        };
+        for entry in strings(each, "entries") {
+            assert!(entry.len() <= "user=".len() + 256, "{} bytes", entry.len());
+            echoed += entry.len();
+        }
+    }
+    let first = &strings(
+        match &list.values[0].kind {
+            Some(Kind::StructValue(s)) => s,
+            other => panic!("{other:?}"),
+        },
+        "entries",
+    )[0];
+    assert_eq!(
+        first,
+        &format!("user={}", "é".repeat(128)),
+        "cut at a character"
+    );
+    assert!(echoed <= 16 * 1024, "{echoed} bytes echoed");
+    assert!(echoed > 8 * 1024, "up to the bound: {echoed}");
+}

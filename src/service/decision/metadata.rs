@@ -39,6 +39,14 @@ use super::code_name as code;
 use crate::config::RuleMetadata;
 use crate::limiter::{Code, DescriptorStatus, Request, Response};
 
+/// The longest value echoed in `descriptors[].entries`: values come from clients (a header, a
+/// path), and a value over the request's `max_value_bytes` is still decided (under its digest).
+pub const MAX_ECHOED_VALUE_BYTES: usize = 256;
+
+/// The most `descriptors[].entries` text one answer echoes, over all its descriptors; past it,
+/// the remaining entries are left out.
+pub const MAX_ECHOED_BYTES: usize = 16 * 1024;
+
 /// The metadata of the answer `response` to `request`: an encoded `google.protobuf.Struct`.
 pub fn encode(request: &Request<'_>, response: &Response) -> Vec<u8> {
     let mut out = StructWriter::with_capacity(256);
@@ -52,10 +60,16 @@ pub fn encode(request: &Request<'_>, response: &Response) -> Vec<u8> {
         out.field("hitsAddend", Scalar::Number(request.hits_addend as f64));
     }
     let mut descriptors = ListWriter::default();
+    let mut echoed = 0;
     for (descriptor, status) in request.descriptors.iter().zip(&response.statuses) {
         let mut fields = StructWriter::with_capacity(128);
         let mut entries = ListWriter::default();
         for (key, value) in descriptor.entries.iter() {
+            let value = cut(value, MAX_ECHOED_VALUE_BYTES);
+            echoed += key.len() + 1 + value.len();
+            if echoed > MAX_ECHOED_BYTES {
+                break;
+            }
             entries.item(Scalar::Pair(key, value));
         }
         fields.field("entries", Scalar::List(&entries.0));
@@ -79,6 +93,18 @@ pub fn encode(request: &Request<'_>, response: &Response) -> Vec<u8> {
         out.field("metadata", Scalar::Struct(&fields.0));
     }
     out.0
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The descriptor that decided: the first over its limit, else the one with the least remaining.

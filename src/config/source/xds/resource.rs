@@ -20,6 +20,7 @@ use envoy_types::pb::google::protobuf::{Any, Struct as ProtoStruct, Value as Pro
 use prost::Message as _;
 use serde_json::{Map, Value, json};
 
+use crate::config::validate::metadata_bounds;
 use crate::config::{Checksum, ConfigError, ConfigErrors, RuleSet, load_sources};
 
 /// The generated types of `proto/ratelimit/config/ratelimit/v3/rls_conf.proto`.
@@ -140,7 +141,20 @@ fn descriptor(
             node.insert(field.into(), true.into());
         }
         if let Some(metadata) = &descriptor.metadata {
-            node.insert("metadata".into(), struct_value(metadata));
+            // Over the rule files' bounds it is left out, not refused: one refused resource
+            // would refuse the whole response, and envoyproxy/ratelimit takes any size.
+            let map = struct_map(metadata);
+            match metadata_bounds(&map) {
+                Ok(()) => {
+                    node.insert("metadata".into(), Value::Object(map));
+                }
+                Err(problem) => tracing::warn!(
+                    resource = file,
+                    at = %format!("{loc}.metadata"),
+                    problem,
+                    "rule metadata left out of dynamic metadata"
+                ),
+            }
         }
     }
     if !descriptor.descriptors.is_empty() {
@@ -152,14 +166,12 @@ fn descriptor(
 
 /// A protobuf `Struct` as the JSON map it stands for. A number JSON cannot hold (NaN, an
 /// infinity) becomes null.
-fn struct_value(fields: &ProtoStruct) -> Value {
-    Value::Object(
-        fields
-            .fields
-            .iter()
-            .map(|(name, value)| (name.clone(), proto_value(value)))
-            .collect(),
-    )
+fn struct_map(fields: &ProtoStruct) -> Map<String, Value> {
+    fields
+        .fields
+        .iter()
+        .map(|(name, value)| (name.clone(), proto_value(value)))
+        .collect()
 }
 
 fn proto_value(value: &ProtoValue) -> Value {
@@ -170,7 +182,7 @@ fn proto_value(value: &ProtoValue) -> Value {
         }
         Some(Kind::StringValue(s)) => Value::String(s.clone()),
         Some(Kind::BoolValue(b)) => Value::Bool(*b),
-        Some(Kind::StructValue(s)) => struct_value(s),
+        Some(Kind::StructValue(s)) => Value::Object(struct_map(s)),
         Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(proto_value).collect()),
     }
 }
@@ -381,6 +393,30 @@ mod tests {
             Value::Object(metadata.clone()),
             json!({"owner": "payments", "runbook": {"severity": 2.0}, "tags": [true, null]})
         );
+    }
+
+    #[test]
+    fn metadata_over_the_bounds_is_left_out_not_refused() {
+        use envoy_types::pb::google::protobuf::{Struct, Value as PValue};
+        let mut metadata = Struct::default();
+        metadata.fields.insert(
+            "note".into(),
+            PValue {
+                kind: Some(Kind::StringValue("x".repeat(20_000))),
+            },
+        );
+        let config = RateLimitConfig {
+            name: "edge".into(),
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                key: "user".into(),
+                rate_limit: policy(RateLimitUnit::Minute, 5),
+                metadata: Some(metadata),
+                ..Default::default()
+            }],
+        };
+        let rules = rules_from(&[any(&config)]).expect("accepted: the rule still limits");
+        assert_eq!(rules.rules()[0].metadata, None);
     }
 
     #[test]
