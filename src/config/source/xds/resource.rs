@@ -352,6 +352,23 @@ mod tests {
         );
     }
 
+    /// The rules of one resource: `user`, 5 per minute, with `metadata`.
+    fn limited_with(
+        metadata: envoy_types::pb::google::protobuf::Struct,
+    ) -> Result<RuleSet, ConfigErrors> {
+        let config = RateLimitConfig {
+            name: "edge".into(),
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                key: "user".into(),
+                rate_limit: policy(RateLimitUnit::Minute, 5),
+                metadata: Some(metadata),
+                ..Default::default()
+            }],
+        };
+        rules_from(&[any(&config)])
+    }
+
     #[test]
     fn a_limited_nodes_metadata_reaches_its_rule() {
         use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PValue};
@@ -376,17 +393,7 @@ mod tests {
         metadata
             .fields
             .insert("tags".into(), value(Kind::ListValue(tags)));
-        let config = RateLimitConfig {
-            name: "edge".into(),
-            domain: "edge".into(),
-            descriptors: vec![RateLimitDescriptor {
-                key: "user".into(),
-                rate_limit: policy(RateLimitUnit::Minute, 5),
-                metadata: Some(metadata),
-                ..Default::default()
-            }],
-        };
-        let rules = rules_from(&[any(&config)]).expect("accepted");
+        let rules = limited_with(metadata).expect("accepted");
         let rule = &rules.rules()[0];
         let metadata = rule.metadata.as_deref().expect("metadata kept");
         assert_eq!(
@@ -405,17 +412,7 @@ mod tests {
                 kind: Some(Kind::StringValue("x".repeat(20_000))),
             },
         );
-        let config = RateLimitConfig {
-            name: "edge".into(),
-            domain: "edge".into(),
-            descriptors: vec![RateLimitDescriptor {
-                key: "user".into(),
-                rate_limit: policy(RateLimitUnit::Minute, 5),
-                metadata: Some(metadata),
-                ..Default::default()
-            }],
-        };
-        let rules = rules_from(&[any(&config)]).expect("accepted: the rule still limits");
+        let rules = limited_with(metadata).expect("accepted: the rule still limits");
         assert_eq!(rules.rules()[0].metadata, None);
     }
 
