@@ -60,6 +60,20 @@ enum Command {
         #[arg(long, env = "SLIDEGATE_MAX_ENTRIES", default_value_t = RequestLimits::default().max_entries)]
         max_entries: usize,
     },
+    /// Explains which rule of the rule files a descriptor matches, and why: the rule with its
+    /// limits, windows and flags, its metrics name and its counter's entries; or that none does.
+    /// Reads the files only (no server, no store): exit 0, or 1 for files with errors, an unknown
+    /// domain or an entry that is not `key=value`.
+    Explain {
+        /// A rule file, or a directory of rule files (as `check-config` takes it).
+        path: PathBuf,
+        /// The request's domain.
+        domain: String,
+        /// The descriptor's entries in order, each `key=value`; the key ends at the first `=`,
+        /// so a value may hold `=` and `,` (quote it for the shell).
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        entries: Vec<String>,
+    },
 }
 
 /// mimalloc instead of the system allocator: gRPC over HTTP/2 allocates and frees many small
@@ -74,8 +88,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
-    if let Some(Command::CheckConfig { path, max_entries }) = cli.command {
-        return check_config(&path, max_entries);
+    match cli.command {
+        Some(Command::CheckConfig { path, max_entries }) => {
+            return check_config(&path, max_entries);
+        }
+        Some(Command::Explain {
+            path,
+            domain,
+            entries,
+        }) => return explain(&path, &domain, &entries),
+        _ => {}
     }
     let serve = matches.subcommand_matches("serve").unwrap_or(&matches);
     let mut settings = Settings::from_matches(serve).unwrap_or_else(|error| error.exit());
@@ -95,6 +117,31 @@ fn main() -> ExitCode {
         error.format(&mut Cli::command()).exit();
     }
     serve_main(settings, compat)
+}
+
+/// `slidegate explain PATH DOMAIN KEY=VALUE...`: the explanation on stdout and exit 0; an error
+/// on stderr and exit 1.
+fn explain(path: &Path, domain: &str, entries: &[String]) -> ExitCode {
+    use slidegate::config::explain;
+    let rules = match slidegate::config::load_path(path) {
+        Ok(rules) => rules,
+        Err(errors) => {
+            eprintln!("slidegate: the rules do not load:\n{errors}");
+            return ExitCode::from(1);
+        }
+    };
+    let explained =
+        explain::parse_entries(entries).and_then(|e| explain::explain(&rules, domain, &e));
+    match explained {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("slidegate: {error}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// `slidegate check-config PATH`: warnings (`warning: ` lines: files skipped, values read

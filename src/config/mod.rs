@@ -45,6 +45,7 @@ pub use crate::store::Precision;
 
 mod checksum;
 mod error;
+pub mod explain;
 mod follow;
 mod load;
 pub mod metrics;

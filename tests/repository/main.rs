@@ -11,6 +11,7 @@ mod compat;
 mod compat_env;
 mod config;
 mod docs;
+mod explain;
 mod image;
 mod kubernetes;
 mod layers;
