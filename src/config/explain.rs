@@ -34,7 +34,8 @@ pub fn parse_entries(args: &[String]) -> Result<Vec<(&str, &str)>, ExplainError>
         .collect()
 }
 
-/// The explanation of a descriptor of `domain` with `entries`: the matched rule (its line as
+/// The explanation of a descriptor of `domain` with `entries`: the path through the rule tree
+/// (each entry's node and how it matched, or where nothing did), the matched rule (its line as
 /// `/rlconfig` shows it: limits, windows, representation, name, `replaces`, flags, source), its
 /// metrics name and the entries of its counter; or that no rule matches.
 pub fn explain(
@@ -57,6 +58,9 @@ pub fn explain(
     let mut out = String::new();
     let _ = writeln!(out, "domain: {domain}");
     let _ = writeln!(out, "descriptor: {}", pairs(entries));
+    for line in domain_rules.trace(entries) {
+        let _ = writeln!(out, "  {line}");
+    }
     match domain_rules.match_entries(entries) {
         None => {
             let _ = writeln!(

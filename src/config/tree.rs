@@ -145,6 +145,44 @@ impl DomainRules {
         })
     }
 
+    /// How `entries` go down the tree, one line per entry, for `slidegate explain`: the node
+    /// each found and how (an exact value, a wildcard, a key-only level), or that none was found
+    /// (the walk stops there); then whether the node reached has a limit.
+    pub fn trace(&self, entries: &[(&str, &str)]) -> Vec<String> {
+        let mut lines = Vec::with_capacity(entries.len() + 1);
+        let mut level = &self.root;
+        let mut reached: Option<&Node> = None;
+        for &(key, value) in entries {
+            let Some((_, node, how)) = level.find(key, value) else {
+                lines.push(format!(
+                    "{key}={value}: no descriptor with key `{key}` and this value at this level; \
+                     nothing matches"
+                ));
+                return lines;
+            };
+            let how = match how {
+                Matched::Exact => "its exact value".to_owned(),
+                Matched::Wildcard(pattern) => format!("the wildcard `{}`", pattern.as_str()),
+                Matched::KeyOnly => "its key (any value)".to_owned(),
+            };
+            lines.push(format!("{key}={value}: `{}`, by {how}", node.segment));
+            level = &node.children;
+            reached = Some(node);
+        }
+        match reached {
+            Some(node) if node.rule.is_none() && !node.children.keys.is_empty() => lines.push(
+                "the descriptor ends at a level without a limit; the limits are deeper (more \
+                 entries)"
+                    .to_owned(),
+            ),
+            Some(node) if node.rule.is_none() => {
+                lines.push("the descriptor ends at a level without a limit".to_owned());
+            }
+            _ => {}
+        }
+        lines
+    }
+
     /// Follows `entries` down the tree, calling `visit` for each level, and returns the step of the
     /// last entry. Deterministic, so callers may walk twice instead of allocating a path.
     fn walk<'a>(

@@ -54,14 +54,26 @@ fn the_shipped_rules_explain_the_exact_value_before_the_key_only_level() {
     assert!(
         login.contains("rule: edge user_id.path_/login: 100 per MINUTE")
             && login.contains("metrics name: login_per_user")
-            && login.contains("counter entries: user_id=alice, path=/login"),
+            && login.contains("counter entries: user_id=alice, path=/login")
+            && login.contains("  user_id=alice: `user_id`, by its key (any value)\n  path=/login: `path_/login`, by its exact value\n"),
         "{login}"
     );
     let other = stdout(&explain(&config(), &["edge", "user_id=alice", "path=/x"]));
     assert!(other.contains("name=per_user_path"), "{other}");
     // One entry short of the rule's depth: no rule, which is an answer, not an error.
     let short = stdout(&explain(&config(), &["edge", "user_id=alice"]));
-    assert!(short.contains("rule: none"), "{short}");
+    assert!(
+        short.contains("rule: none") && short.contains("the limits are deeper (more entries)"),
+        "{short}"
+    );
+    let long = stdout(&explain(
+        &config(),
+        &["edge", "user_id=a", "path=/x", "extra=1"],
+    ));
+    assert!(
+        long.contains("extra=1: no descriptor with key `extra`") && long.contains("rule: none"),
+        "{long}"
+    );
 }
 
 #[test]
@@ -71,7 +83,9 @@ fn wildcards_shared_counters_replaces_and_shadow_are_shown() {
     std::fs::write(&file, RULES).expect("write rules");
     let shared = stdout(&explain(&file, &["api", "route=/v1/users"]));
     assert!(
-        shared.contains("name=v1_routes") && shared.contains("counter entries: route=/v1/*"),
+        shared.contains("name=v1_routes")
+            && shared.contains("by the wildcard `/v1/*`")
+            && shared.contains("counter entries: route=/v1/*"),
         "share_threshold counts under the pattern: {shared}"
     );
     let exact = stdout(&explain(&file, &["api", "route=/v1/health"]));
