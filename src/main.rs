@@ -68,11 +68,15 @@ enum Command {
         /// A rule file, or a directory of rule files (as `check-config` takes it).
         path: PathBuf,
         /// The request's domain.
-        domain: String,
+        #[arg(required_unless_present = "json")]
+        domain: Option<String>,
         /// The descriptor's entries in order, each `key=value`; the key ends at the first `=`,
         /// so a value may hold `=` and `,` (quote it for the shell).
-        #[arg(required = true, value_name = "KEY=VALUE")]
+        #[arg(required_unless_present = "json", value_name = "KEY=VALUE")]
         entries: Vec<String>,
+        /// The whole request instead, as the body of `POST /json` (every descriptor explained).
+        #[arg(long, value_name = "BODY", conflicts_with_all = ["domain", "entries"])]
+        json: Option<String>,
     },
 }
 
@@ -96,7 +100,8 @@ fn main() -> ExitCode {
             path,
             domain,
             entries,
-        }) => return explain(&path, &domain, &entries),
+            json,
+        }) => return explain(&path, domain.as_deref(), &entries, json.as_deref()),
         _ => {}
     }
     let serve = matches.subcommand_matches("serve").unwrap_or(&matches);
@@ -119,9 +124,9 @@ fn main() -> ExitCode {
     serve_main(settings, compat)
 }
 
-/// `slidegate explain PATH DOMAIN KEY=VALUE...`: the explanation on stdout and exit 0; an error
-/// on stderr and exit 1.
-fn explain(path: &Path, domain: &str, entries: &[String]) -> ExitCode {
+/// `slidegate explain PATH DOMAIN KEY=VALUE...` or `slidegate explain PATH --json BODY`: the
+/// explanation on stdout and exit 0; an error on stderr and exit 1.
+fn explain(path: &Path, domain: Option<&str>, entries: &[String], json: Option<&str>) -> ExitCode {
     use slidegate::config::explain;
     let rules = match slidegate::config::load_path(path) {
         Ok(rules) => rules,
@@ -130,8 +135,12 @@ fn explain(path: &Path, domain: &str, entries: &[String]) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let explained =
-        explain::parse_entries(entries).and_then(|e| explain::explain(&rules, domain, &e));
+    let explained = match json {
+        Some(body) => explain_json(&rules, body),
+        None => explain::parse_entries(entries)
+            .and_then(|e| explain::explain(&rules, domain.unwrap_or_default(), &e))
+            .map_err(|error| error.to_string()),
+    };
     match explained {
         Ok(text) => {
             print!("{text}");
@@ -142,6 +151,29 @@ fn explain(path: &Path, domain: &str, entries: &[String]) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Every descriptor of a `POST /json` body, explained in order.
+fn explain_json(rules: &slidegate::config::RuleSet, body: &str) -> Result<String, String> {
+    let limits = RequestLimits::default();
+    let request = slidegate::service::json::parse_request(body.as_bytes(), &limits)
+        .map_err(|error| format!("the --json body: {error}"))?;
+    let mut text = String::new();
+    for (i, descriptor) in request.descriptors.iter().enumerate() {
+        let entries: Vec<(&str, &str)> = descriptor
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        text.push_str(&format!("descriptors[{i}]:\n"));
+        if descriptor.limit.is_some() {
+            text.push_str("limit override: the request's `limit` replaces any rule below\n");
+        }
+        let explained = slidegate::config::explain::explain(rules, &request.domain, &entries)
+            .map_err(|error| error.to_string())?;
+        text.push_str(&explained);
+    }
+    Ok(text)
 }
 
 /// `slidegate check-config PATH`: warnings (`warning: ` lines: files skipped, values read

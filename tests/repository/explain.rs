@@ -134,3 +134,20 @@ fn bad_input_is_a_clear_error_and_exit_1() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_json_body_explains_every_descriptor() {
+    let body = r#"{"domain": "edge", "descriptors": [
+        {"entries": [{"key": "user_id", "value": "alice"}, {"key": "path", "value": "/login"}]},
+        {"entries": [{"key": "nothing", "value": "here"}]}]}"#;
+    let text = stdout(&explain(&config(), &["--json", body]));
+    let second = text.find("descriptors[1]:").expect("both descriptors");
+    assert!(text[..second].contains("name=login_per_user"), "{text}");
+    assert!(text[second..].contains("rule: none"), "{text}");
+    let out = explain(&config(), &["--json", r#"{"domain": 1}"#]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the --json body:"),
+        "{out:?}"
+    );
+}
