@@ -46,8 +46,6 @@ mod request;
 mod response;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_envoy_stats;
 
 use std::ops::Range;
 use std::sync::Arc;

@@ -1,5 +1,7 @@
 #[path = "tests_charges.rs"]
 mod charges;
+#[path = "tests_envoy_stats.rs"]
+mod envoy_stats;
 
 use super::request::counted_value;
 use super::response::ceil_secs;
@@ -52,22 +54,31 @@ struct Fixture {
 }
 
 fn fixture(options: Options) -> Fixture {
-    let rules = load_sources(&[("rules.yaml".to_string(), RULES.to_string())])
-        .unwrap_or_else(|e| panic!("test rules do not load: {e}"));
-    let clock = Arc::new(ManualClock::new(START));
-    let store = Arc::new(MemoryStore::new(clock.clone()));
     let metrics = Arc::new(Metrics::new());
-    let limiter = RateLimiter::new(
-        Arc::new(ArcSwap::from_pointee(rules)),
-        store,
-        options,
-        Arc::new(DecisionMetrics::new(&metrics)),
-    );
+    let (limiter, clock) = limiter_over(RULES, options, DecisionMetrics::new(&metrics));
     Fixture {
         clock,
         limiter,
         metrics,
     }
+}
+
+/// A limiter over the rule file `rules` on the memory store, its clock at [`START`].
+fn limiter_over(
+    rules: &str,
+    options: Options,
+    decisions: DecisionMetrics,
+) -> (RateLimiter, Arc<ManualClock>) {
+    let rules = load_sources(&[("rules.yaml".to_string(), rules.to_string())])
+        .unwrap_or_else(|e| panic!("test rules do not load: {e}"));
+    let clock = Arc::new(ManualClock::new(START));
+    let limiter = RateLimiter::new(
+        Arc::new(ArcSwap::from_pointee(rules)),
+        Arc::new(MemoryStore::new(clock.clone())),
+        options,
+        Arc::new(decisions),
+    );
+    (limiter, clock)
 }
 
 fn headers_on() -> Options {

@@ -1,14 +1,9 @@
 //! envoyproxy/ratelimit's per-rule stats as the limiter counts them: the hits a counter held
 //! before a request, for an admitted request, one another descriptor denied, and a charge.
 
-use std::sync::Arc;
-
-use arc_swap::ArcSwap;
-
-use super::*;
-use crate::config::load_sources;
+use super::super::*;
+use super::limiter_over;
 use crate::metrics::Metrics;
-use crate::store::{ManualClock, MemoryStore};
 
 const RULES: &str = r#"
 domain: api
@@ -20,17 +15,8 @@ descriptors:
 "#;
 
 fn limiter(options: Options) -> RateLimiter {
-    let rules = load_sources(&[("rules.yaml".to_string(), RULES.to_string())])
-        .unwrap_or_else(|e| panic!("test rules do not load: {e}"));
-    let clock = Arc::new(ManualClock::new(std::time::Duration::from_secs(
-        1_800_000_000,
-    )));
-    RateLimiter::new(
-        Arc::new(ArcSwap::from_pointee(rules)),
-        Arc::new(MemoryStore::new(clock)),
-        options,
-        Arc::new(DecisionMetrics::new(&Metrics::new()).with_envoy_stats(0.8)),
-    )
+    let decisions = DecisionMetrics::new(&Metrics::new()).with_envoy_stats(0.8);
+    limiter_over(RULES, options, decisions).0
 }
 
 fn descriptor<'a>(key: &'a str, hits: u64) -> Descriptor<'a> {

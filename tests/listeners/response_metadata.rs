@@ -47,6 +47,20 @@ fn strings(fields: &Struct, name: &str) -> Vec<String> {
     }
 }
 
+/// The `descriptors` list, one map per descriptor of the request.
+fn descriptors(metadata: &Struct) -> Vec<&Struct> {
+    let Some(Kind::ListValue(list)) = field(metadata, "descriptors") else {
+        panic!("descriptors: {metadata:?}");
+    };
+    list.values
+        .iter()
+        .map(|v| match &v.kind {
+            Some(Kind::StructValue(s)) => s,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
 fn structure<'a>(fields: &'a Struct, name: &str) -> &'a Struct {
     match field(fields, name) {
         Some(Kind::StructValue(s)) => s,
@@ -97,36 +111,26 @@ async fn answers_name_the_rule_that_decided() {
     assert_eq!(text(&metadata, "window"), Some("1m"));
     assert_eq!(number(&metadata, "remaining"), Some(0.0));
     assert_eq!(field(&metadata, "shadow"), Some(&Kind::BoolValue(false)));
-    let Some(Kind::ListValue(list)) = field(&metadata, "descriptors") else {
-        panic!("descriptors: {metadata:?}");
-    };
-    let each: Vec<Struct> = list
-        .values
-        .iter()
-        .map(|v| match &v.kind {
-            Some(Kind::StructValue(s)) => s.clone(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let each = descriptors(&metadata);
     assert_eq!(each.len(), 4);
     assert_eq!(
-        text(&each[0], "rule"),
+        text(each[0], "rule"),
         Some("path_/login"),
         "unnamed: its path"
     );
-    assert_eq!(text(&each[0], "code"), Some("OK"));
+    assert_eq!(text(each[0], "code"), Some("OK"));
     // Denied as a whole, the third call recorded nothing: 2 of 10 used.
-    assert_eq!(number(&each[0], "remaining"), Some(8.0));
-    assert_eq!(text(&each[1], "code"), Some("OVER_LIMIT"));
-    assert_eq!(text(&each[2], "rule"), Some("probe"));
-    assert_eq!(field(&each[2], "shadow"), Some(&Kind::BoolValue(true)));
+    assert_eq!(number(each[0], "remaining"), Some(8.0));
+    assert_eq!(text(each[1], "code"), Some("OVER_LIMIT"));
+    assert_eq!(text(each[2], "rule"), Some("probe"));
+    assert_eq!(field(each[2], "shadow"), Some(&Kind::BoolValue(true)));
     assert_eq!(
         each[3].fields.keys().collect::<Vec<_>>(),
         ["entries"],
         "no limit, no decision: {:?}",
         each[3]
     );
-    assert_eq!(strings(&each[3], "entries"), ["nothing=here"]);
+    assert_eq!(strings(each[3], "entries"), ["nothing=here"]);
 
     // Without the flag the answers carry none.
     let plain = Slidegate::start(rules.path(), &[]);
@@ -208,17 +212,7 @@ async fn envoyproxy_ratelimit_fields_and_the_yaml_metadata_of_passed_rules() {
     assert_eq!(text(runbook, "url"), Some("https://runbooks/payments"));
     assert_eq!(number(runbook, "severity"), Some(2.0), "first wins");
     assert_eq!(text(runbook, "oncall"), Some("infra-team"), "merged in");
-    let Some(Kind::ListValue(list)) = field(&metadata, "descriptors") else {
-        panic!("descriptors: {metadata:?}");
-    };
-    let each: Vec<&Struct> = list
-        .values
-        .iter()
-        .map(|v| match &v.kind {
-            Some(Kind::StructValue(s)) => s,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let each = descriptors(&metadata);
     assert_eq!(strings(each[0], "entries"), ["team=pay"]);
     assert_eq!(field(each[0], "hitsAddend"), None);
     assert_eq!(number(each[1], "hitsAddend"), Some(1.0));
@@ -248,38 +242,27 @@ async fn echoed_entries_are_bounded() {
     std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
     let server = Slidegate::start(rules.path(), &["--response-metadata"]);
     let long = "é".repeat(3000);
-    let descriptors = (0..64)
+    let sent = (0..64)
         .map(|_| descriptor(&[("user", &long), ("b", &long)]))
         .collect();
     let answer = server
         .client()
         .await
-        .should_rate_limit(request("meta", descriptors))
+        .should_rate_limit(request("meta", sent))
         .await
         .expect("answer")
         .into_inner();
     let metadata = answer.dynamic_metadata.expect("dynamic metadata");
-    let Some(Kind::ListValue(list)) = field(&metadata, "descriptors") else {
-        panic!("descriptors");
-    };
-    assert_eq!(list.values.len(), 64, "every descriptor is listed");
+    let each = descriptors(&metadata);
+    assert_eq!(each.len(), 64, "every descriptor is listed");
     let mut echoed = 0;
-    for value in &list.values {
-        let Some(Kind::StructValue(each)) = &value.kind else {
-            panic!("{value:?}");
-        };
-        for entry in strings(each, "entries") {
+    for descriptor in &each {
+        for entry in strings(descriptor, "entries") {
             assert!(entry.len() <= "user=".len() + 256, "{} bytes", entry.len());
             echoed += entry.len();
         }
     }
-    let first = &strings(
-        match &list.values[0].kind {
-            Some(Kind::StructValue(s)) => s,
-            other => panic!("{other:?}"),
-        },
-        "entries",
-    )[0];
+    let first = &strings(each[0], "entries")[0];
     assert_eq!(
         first,
         &format!("user={}", "é".repeat(128)),
