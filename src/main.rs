@@ -22,9 +22,10 @@ use slidegate::server::metrics::ServerMetrics;
 use slidegate::server::{Apps, Workers, grpc_port::GrpcApp, tls::rotate::Rotation};
 use slidegate::service::front::Front;
 use slidegate::service::http_routes::data_router;
+use slidegate::service::operator::{OperatorOptions, admin_router};
 use slidegate::service::ratelimit_prometheus::{self, RatelimitPrometheus};
 use slidegate::service::rls::GrpcService;
-use slidegate::service::{health::Health, http_routes::AppState, http_routes::admin_router, side};
+use slidegate::service::{health::Health, http_routes::AppState, side};
 use slidegate::settings::{Settings, unreachable_rules};
 use slidegate::store::redis::RedisMetrics;
 use slidegate::telemetry::{TraceMetrics, Traces};
@@ -368,7 +369,13 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let apps = Apps {
         grpc: GrpcApp::new(GrpcService::new(Arc::clone(&front)), side_routes),
         http: data_router(state.clone(), requests.max_body_bytes),
-        admin: admin_router(state),
+        admin: admin_router(
+            state,
+            OperatorOptions {
+                hide_values: settings.listen.operator_hide_values,
+            },
+            requests.max_body_bytes,
+        ),
     };
     let mut limits = server.limits();
     limits.http_max_body_bytes = requests.max_body_bytes;

@@ -58,8 +58,8 @@ pub fn explain(
     let mut out = String::new();
     let _ = writeln!(out, "domain: {domain}");
     let _ = writeln!(out, "descriptor: {}", pairs(entries));
-    for line in domain_rules.trace(entries) {
-        let _ = writeln!(out, "  {line}");
+    for step in domain_rules.trace(entries) {
+        let _ = writeln!(out, "  {}", step.render(None));
     }
     match domain_rules.match_entries(entries) {
         None => {

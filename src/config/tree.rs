@@ -57,6 +57,45 @@ pub struct RuleMatch<'a> {
     tag_template: &'a TagTemplate,
 }
 
+/// One step of [`DomainRules::trace`]. It carries the request's value, which
+/// [`TraceStep::render`] can leave out (the operator listener's `--operator-hide-values`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceStep {
+    /// The entry found this node (its segment in the rules), by `how`.
+    Found {
+        entry: (String, String),
+        node: String,
+        how: String,
+    },
+    /// No descriptor of this level has the entry's key with this value: nothing matches.
+    NoMatch { entry: (String, String) },
+    /// The descriptor ends at a node without a limit; `deeper` when its children have some.
+    EndsAbove { deeper: bool },
+}
+
+impl TraceStep {
+    /// The step as a line; the request's value shown as `value` says (`None`: as it is).
+    pub fn render(&self, value: Option<&str>) -> String {
+        let shown = |(key, v): &(String, String)| format!("{key}={}", value.unwrap_or(v));
+        match self {
+            TraceStep::Found { entry, node, how } => {
+                format!("{}: `{node}`, by {how}", shown(entry))
+            }
+            TraceStep::NoMatch { entry } => format!(
+                "{}: no descriptor with key `{}` and this value at this level; nothing matches",
+                shown(entry),
+                entry.0
+            ),
+            TraceStep::EndsAbove { deeper: true } => "the descriptor ends at a level without a \
+                limit; the limits are deeper (more entries)"
+                .to_owned(),
+            TraceStep::EndsAbove { deeper: false } => {
+                "the descriptor ends at a level without a limit".to_owned()
+            }
+        }
+    }
+}
+
 impl RuleSet {
     /// Builds a rule set; `rules` are sorted here.
     pub(super) fn new(
@@ -145,42 +184,39 @@ impl DomainRules {
         })
     }
 
-    /// How `entries` go down the tree, one line per entry, for `slidegate explain`: the node
-    /// each found and how (an exact value, a wildcard, a key-only level), or that none was found
-    /// (the walk stops there); then whether the node reached has a limit.
-    pub fn trace(&self, entries: &[(&str, &str)]) -> Vec<String> {
-        let mut lines = Vec::with_capacity(entries.len() + 1);
+    /// How `entries` go down the tree, one step per entry, for `slidegate explain` and
+    /// `POST /explain`: the node each found and how (an exact value, a wildcard, a key-only
+    /// level), or that none was found (the walk stops there); then whether the node reached has a
+    /// limit.
+    pub fn trace(&self, entries: &[(&str, &str)]) -> Vec<TraceStep> {
+        let mut steps = Vec::with_capacity(entries.len() + 1);
         let mut level = &self.root;
         let mut reached: Option<&Node> = None;
         for &(key, value) in entries {
+            let entry = (key.to_owned(), value.to_owned());
             let Some((_, node, how)) = level.find(key, value) else {
-                lines.push(format!(
-                    "{key}={value}: no descriptor with key `{key}` and this value at this level; \
-                     nothing matches"
-                ));
-                return lines;
+                steps.push(TraceStep::NoMatch { entry });
+                return steps;
             };
             let how = match how {
                 Matched::Exact => "its exact value".to_owned(),
                 Matched::Wildcard(pattern) => format!("the wildcard `{}`", pattern.as_str()),
                 Matched::KeyOnly => "its key (any value)".to_owned(),
             };
-            lines.push(format!("{key}={value}: `{}`, by {how}", node.segment));
+            steps.push(TraceStep::Found {
+                entry,
+                node: node.segment.to_string(),
+                how,
+            });
             level = &node.children;
             reached = Some(node);
         }
-        match reached {
-            Some(node) if node.rule.is_none() && !node.children.keys.is_empty() => lines.push(
-                "the descriptor ends at a level without a limit; the limits are deeper (more \
-                 entries)"
-                    .to_owned(),
-            ),
-            Some(node) if node.rule.is_none() => {
-                lines.push("the descriptor ends at a level without a limit".to_owned());
-            }
-            _ => {}
+        if let Some(node) = reached.filter(|node| node.rule.is_none()) {
+            steps.push(TraceStep::EndsAbove {
+                deeper: !node.children.keys.is_empty(),
+            });
         }
-        lines
+        steps
     }
 
     /// Follows `entries` down the tree, calling `visit` for each level, and returns the step of the

@@ -39,6 +39,7 @@
 //! `limit_remaining` 0 and no reset; no response headers are added.
 
 pub mod envoy_stats;
+mod explain;
 mod metrics;
 mod observer;
 mod plan;
@@ -57,6 +58,7 @@ use crate::store::key::CounterTag;
 use crate::store::{Counter, CounterResult, FailureMode, HitKind, Store, StoreError};
 use crate::throttle::Throttle;
 
+pub use explain::{ExplainedCounter, ExplainedDescriptor, Explanation, Outcome};
 pub use metrics::{DecisionLabel, DecisionMetrics, RuleCounters};
 pub use observer::Observer;
 use plan::{Limited, Plan};
@@ -437,11 +439,7 @@ impl RateLimiter {
         self.metrics
             .rule(domain, limited.label_of(deciding))
             .record(decision, hits, near_limit);
-        if over && !limited.shadow {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        }
+        self.code_of(limited, over)
     }
 
     /// OVER_LIMIT when any ordinary descriptor is, or every quota descriptor is (there being

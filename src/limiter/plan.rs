@@ -97,11 +97,7 @@ impl RateLimiter {
             .iter()
             .zip(matches)
             .map(|(descriptor, matched)| {
-                // Capped, so that no sum of hits can wrap (see `MAX_HITS`).
-                let hits = descriptor
-                    .hits_addend
-                    .unwrap_or(request.hits_addend.max(1))
-                    .min(MAX_HITS);
+                let hits = descriptor_hits(request, descriptor);
                 let kind = self.hit_kind(request, descriptor);
                 let is_replaced =
                     |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
@@ -155,7 +151,7 @@ impl RateLimiter {
     /// What a descriptor's hits do: returned for `is_negative_hits`; charged under
     /// `record_over_limit`, or for a descriptor's own non-zero cost where the transport says
     /// those are charges (gRPC); otherwise admitted.
-    fn hit_kind(&self, request: &Request<'_>, descriptor: &Descriptor<'_>) -> HitKind {
+    pub(super) fn hit_kind(&self, request: &Request<'_>, descriptor: &Descriptor<'_>) -> HitKind {
         let own_cost = descriptor.hits_addend.is_some_and(|h| h > 0);
         if descriptor.negative_hits {
             HitKind::Returned
@@ -225,6 +221,15 @@ impl RateLimiter {
             counted.map(|(&(key, _), value)| (key, value.as_ref())),
         )
     }
+}
+
+/// The hits a descriptor asks: its own `hits_addend`, else the request's (at least 1). Capped, so
+/// that no sum of hits can wrap (see [`MAX_HITS`]).
+pub(super) fn descriptor_hits(request: &Request<'_>, descriptor: &Descriptor<'_>) -> u64 {
+    descriptor
+        .hits_addend
+        .unwrap_or(request.hits_addend.max(1))
+        .min(MAX_HITS)
 }
 
 /// What a descriptor's counters cost of the request's hit budget ([`RequestLimits::max_hits`]):

@@ -1,19 +1,16 @@
 //! The HTTP endpoints (axum). The HTTP port ([`data_router`]) serves what clients call; the
-//! operator listener ([`admin_router`], `--admin-addr`) what operators read, so a client that may
-//! spend quota cannot read the rules or the metrics:
+//! operator listener ([`super::operator`], `--admin-addr`) what operators read, so a client that
+//! may spend quota cannot read the rules or the metrics:
 //!
 //! - `POST /json`: [`super::json`] (envoyproxy/ratelimit-compatible JSON);
 //! - `/check` (any method): [`super::check`] (headers in, status code out; nginx, forward-auth);
 //! - `GET /healthcheck` (both): `200 OK` while serving (`OK: no rules loaded` without rules),
 //!   `503` otherwise (see [`super::health`]);
-//! - `GET /rlconfig` (operator): the live rules, one per line (`domain path: limits; flags; source`), after
-//!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
-//! - `GET /metrics` (operator): Prometheus text format (see [`crate::metrics`]).
+//! - `GET /rlconfig`, `GET /metrics`, `POST /explain` (operator): see [`super::operator`].
 //!
 //! Request bodies over `--max-body-bytes` are refused with 413.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,7 +18,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 
@@ -51,27 +48,12 @@ pub fn data_router(state: AppState, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
-/// The operator listener (`--admin-addr`): `/metrics`, `/rlconfig` and `/healthcheck`.
-pub fn admin_router(state: AppState) -> Router {
-    admin_routes()
-        .route("/healthcheck", get(healthcheck))
-        .layer(DefaultBodyLimit::max(0))
-        .with_state(state)
-}
-
 /// What clients call.
 fn data_routes() -> Router<AppState> {
     Router::new()
         .route("/json", post(json_handler))
         .route("/check", any(check_handler))
         .route("/healthcheck", get(healthcheck))
-}
-
-/// What operators read: the rules and the metrics, which a client of the data port need not see.
-fn admin_routes() -> Router<AppState> {
-    Router::new()
-        .route("/rlconfig", get(rlconfig))
-        .route("/metrics", get(metrics))
 }
 
 async fn json_handler(
@@ -204,7 +186,7 @@ fn end_span(
     }
 }
 
-async fn healthcheck(State(state): State<AppState>) -> Response {
+pub(super) async fn healthcheck(State(state): State<AppState>) -> Response {
     if state.health.is_serving() {
         if state
             .front
@@ -223,78 +205,7 @@ async fn healthcheck(State(state): State<AppState>) -> Response {
     }
 }
 
-/// `#` lines on the rules' freshness, then one line per rule:
-/// `domain path: limits; name=..; replaces=..; flags; source=file`.
-async fn rlconfig(State(state): State<AppState>) -> Response {
-    let rules = state.front.limiter().rules().load();
-    let status = state.config_status.load();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# loaded_at: {}",
-        humantime::format_rfc3339_seconds(status.loaded_at)
-    );
-    let _ = writeln!(out, "# served_checksum: {}", status.served);
-    let on_disk = status.on_disk.map(|c| c.to_string());
-    let _ = writeln!(
-        out,
-        "# on_disk_checksum: {}",
-        on_disk.as_deref().unwrap_or("(unreadable)")
-    );
-    let _ = writeln!(out, "# stale: {}", status.is_stale());
-    for rule in rules.rules() {
-        let limits = if rule.unlimited {
-            "unlimited".to_string()
-        } else {
-            rule.limits
-                .iter()
-                .map(|l| {
-                    let window = humantime::format_duration(l.window());
-                    match &l.name {
-                        Some(name) if rule.limits.len() > 1 => {
-                            format!("{l} (window {window}, {}, name={name})", l.precision)
-                        }
-                        _ => format!("{l} (window {window}, {})", l.precision),
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let _ = write!(out, "{} {}: {limits}", rule.domain, rule.path);
-        // With several limits, each limit's name is shown with it.
-        if let Some(name) = rule.name.as_ref().filter(|_| rule.limits.len() <= 1) {
-            let _ = write!(out, "; name={name}");
-        }
-        if !rule.replaces.is_empty() {
-            let _ = write!(out, "; replaces={}", rule.replaces.join(","));
-        }
-        for (set, flag) in [
-            (rule.shadow_mode, "shadow_mode"),
-            (rule.quota_mode, "quota_mode"),
-            (rule.detailed_metric, "detailed_metric"),
-            (rule.value_to_metric, "value_to_metric"),
-        ] {
-            if set {
-                let _ = write!(out, "; {flag}");
-            }
-        }
-        let _ = writeln!(out, "; source={}", rule.source);
-    }
-    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], out).into_response()
-}
-
-async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.front.metrics().render(),
-    )
-        .into_response()
-}
-
-fn error_response(error: &LimitError) -> Response {
+pub(super) fn error_response(error: &LimitError) -> Response {
     let status = match error {
         LimitError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
         LimitError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

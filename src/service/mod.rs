@@ -7,7 +7,8 @@
 //! - [`rls`]: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, `grpc.health.v1.Health`,
 //!   server reflection.
 //! - [`http_routes`]: `POST /json`, `/check` (nginx `auth_request`, forward-auth), `GET /healthcheck`,
-//!   `GET /rlconfig`, `GET /metrics`.
+//!   on the HTTP port;
+//! - [`operator`]: the operator listener: `GET /rlconfig`, `GET /metrics`, `POST /explain`.
 //! - [`side`]: gRPC health and reflection, beside RateLimitService.
 //! - [`health`]: the serving state shared by both.
 //! - [`front`]: the limiter, traces and metrics every transport shares.
@@ -23,6 +24,7 @@ pub mod front;
 pub mod health;
 pub mod http_routes;
 pub mod json;
+pub mod operator;
 pub mod ratelimit_prometheus;
 pub mod rls;
 pub mod side;

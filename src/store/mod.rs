@@ -314,10 +314,30 @@ impl StoreError {
 pub trait Store: Send + Sync + 'static {
     /// Decides all counters of one request atomically (all or nothing), see the module docs.
     async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError>;
+    /// What `counters` hold now, recording, charging and taking back nothing: each is decided as
+    /// a check (0 admitted hits, see the module docs), so `count` is the hits its window holds,
+    /// `remaining` what is left of its limit and `reset_after` when its oldest hit leaves (for
+    /// a counter over its limit, when one more hit fits). For `POST /explain`: the answer comes
+    /// from the store itself, never from a cache of denies.
+    async fn peek(&self, counters: &[Counter]) -> Result<Vec<CounterResult>, StoreError> {
+        Ok(self.decide(&checks_of(counters)).await?.counters)
+    }
     /// Whether the store answers (used by health checks).
     async fn ping(&self) -> Result<(), StoreError>;
     /// `memory`, `redis` or `redis-cluster`, for logs and metrics.
     fn kind(&self) -> &'static str;
+}
+
+/// `counters` as checks: 0 admitted hits each, which record nothing (see [`Store::peek`]).
+pub fn checks_of(counters: &[Counter]) -> Vec<Counter> {
+    counters
+        .iter()
+        .map(|c| Counter {
+            hits: 0,
+            kind: HitKind::Admitted,
+            ..c.clone()
+        })
+        .collect()
 }
 
 /// What the service answers when the store fails (`--failure-mode`). Applied by the limiter, not by

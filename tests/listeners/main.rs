@@ -15,6 +15,7 @@ mod attack;
 mod byte_values;
 mod charges;
 mod eg_translator;
+mod explain;
 mod guarantee;
 mod hostile;
 mod http_bounds;

@@ -144,10 +144,13 @@ impl Slidegate {
         self.process.pid()
     }
 
-    /// The port that serves `path`: the operator listener's for `/metrics` and `/rlconfig`, the
-    /// HTTP port's for the rest.
+    /// The port that serves `path`: the operator listener's for `/metrics`, `/rlconfig` and
+    /// `/explain`, the HTTP port's for the rest.
     pub fn port_for(&self, path: &str) -> u16 {
-        if path.starts_with("/metrics") || path.starts_with("/rlconfig") {
+        if ["/metrics", "/rlconfig", "/explain"]
+            .iter()
+            .any(|p| path.starts_with(p))
+        {
             self.admin_port
         } else {
             self.http_port
@@ -195,6 +198,20 @@ impl Slidegate {
             .json()
             .await
             .expect("a JSON answer")
+    }
+
+    /// `POST /explain` on the operator listener with `body`: (status, the answer's JSON, or
+    /// `Null` when it is not JSON).
+    pub async fn explain(&self, body: &str) -> (u16, serde_json::Value) {
+        let response = reqwest::Client::new()
+            .post(self.url("/explain"))
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("POST /explain");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("an answer");
+        (status, serde_json::from_str(&text).unwrap_or_default())
     }
 
     /// Sends a signal by name (`TERM`, `HUP`, ...).

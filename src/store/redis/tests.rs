@@ -1,4 +1,5 @@
 use super::batch::batches;
+use super::cross_slot::group_by_slot;
 use super::*;
 use crate::store::Precision;
 

@@ -1,0 +1,118 @@
+//! The operator listener (`--admin-addr`): what operators read and ask, never served on the data
+//! ports, so a client that may spend quota cannot read the rules, the metrics or the counters.
+//!
+//! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`), after
+//!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
+//! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]);
+//! - `POST /explain`: what a request would get and why, counting nothing ([`explain`]);
+//! - `GET /healthcheck`: as on the HTTP port.
+//!
+//! Bodies are refused (413) except on `POST /explain`, which takes up to `--max-body-bytes`.
+
+mod explain;
+
+use std::fmt::Write as _;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use super::http_routes::{AppState, healthcheck};
+
+/// How the operator listener answers, from the command line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OperatorOptions {
+    /// Descriptor values (and the counter keys that carry them) are left out of answers
+    /// (`--operator-hide-values`), for operators whose values are personal data.
+    pub hide_values: bool,
+}
+
+/// The operator listener's routes. `max_body_bytes` bounds the one body it reads (`/explain`'s).
+pub fn admin_router(state: AppState, options: OperatorOptions, max_body_bytes: usize) -> Router {
+    let explain =
+        move |State(state): State<AppState>, body: Bytes| explain::handler(state, options, body);
+    Router::new()
+        .route("/rlconfig", get(rlconfig))
+        .route("/metrics", get(metrics))
+        .route(
+            "/explain",
+            post(explain).layer(DefaultBodyLimit::max(max_body_bytes)),
+        )
+        .route("/healthcheck", get(healthcheck))
+        .layer(DefaultBodyLimit::max(0))
+        .with_state(state)
+}
+
+/// `#` lines on the rules' freshness, then one line per rule:
+/// `domain path: limits; name=..; replaces=..; flags; source=file`.
+async fn rlconfig(State(state): State<AppState>) -> Response {
+    let rules = state.front.limiter().rules().load();
+    let status = state.config_status.load();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# loaded_at: {}",
+        humantime::format_rfc3339_seconds(status.loaded_at)
+    );
+    let _ = writeln!(out, "# served_checksum: {}", status.served);
+    let on_disk = status.on_disk.map(|c| c.to_string());
+    let _ = writeln!(
+        out,
+        "# on_disk_checksum: {}",
+        on_disk.as_deref().unwrap_or("(unreadable)")
+    );
+    let _ = writeln!(out, "# stale: {}", status.is_stale());
+    for rule in rules.rules() {
+        let limits = if rule.unlimited {
+            "unlimited".to_string()
+        } else {
+            rule.limits
+                .iter()
+                .map(|l| {
+                    let window = humantime::format_duration(l.window());
+                    match &l.name {
+                        Some(name) if rule.limits.len() > 1 => {
+                            format!("{l} (window {window}, {}, name={name})", l.precision)
+                        }
+                        _ => format!("{l} (window {window}, {})", l.precision),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = write!(out, "{} {}: {limits}", rule.domain, rule.path);
+        // With several limits, each limit's name is shown with it.
+        if let Some(name) = rule.name.as_ref().filter(|_| rule.limits.len() <= 1) {
+            let _ = write!(out, "; name={name}");
+        }
+        if !rule.replaces.is_empty() {
+            let _ = write!(out, "; replaces={}", rule.replaces.join(","));
+        }
+        for (set, flag) in [
+            (rule.shadow_mode, "shadow_mode"),
+            (rule.quota_mode, "quota_mode"),
+            (rule.detailed_metric, "detailed_metric"),
+            (rule.value_to_metric, "value_to_metric"),
+        ] {
+            if set {
+                let _ = write!(out, "; {flag}");
+            }
+        }
+        let _ = writeln!(out, "; source={}", rule.source);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], out).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.front.metrics().render(),
+    )
+        .into_response()
+}
