@@ -22,6 +22,7 @@ use slidegate::server::metrics::ServerMetrics;
 use slidegate::server::{Apps, Workers, grpc_port::GrpcApp, tls::rotate::Rotation};
 use slidegate::service::front::Front;
 use slidegate::service::http_routes::data_router;
+use slidegate::service::operator::token::AdminToken;
 use slidegate::service::operator::{OperatorOptions, admin_router};
 use slidegate::service::ratelimit_prometheus::{self, RatelimitPrometheus};
 use slidegate::service::rls::GrpcService;
@@ -254,6 +255,11 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     settings.log_effective();
     let (requests, server) = (&settings.requests, &settings.server);
+    // Before anything listens: an operator token that cannot be read stops the start.
+    let admin_token = match &settings.listen.admin_token_file {
+        Some(file) => Some(Arc::new(AdminToken::open(file)?)),
+        None => None,
+    };
 
     let metrics = Arc::new(Metrics::new());
     // envoyproxy/ratelimit's metrics, on their own listener: counted only when it is on.
@@ -373,6 +379,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
             state,
             OperatorOptions {
                 hide_values: settings.listen.operator_hide_values,
+                token: admin_token,
             },
             requests.max_body_bytes,
         ),

@@ -31,6 +31,7 @@
 //! | `slidegate_tls_certificate_expiry_timestamp_seconds` | gauge | | when the certificate now served expires, Unix time (0 without TLS) |
 //! | `slidegate_trace_spans_total` | counter | `outcome` (`exported`, `dropped`, `failed`) | decision spans handed to the collector, dropped because the export queue was full, or lost with a failed export (with `--otlp-endpoint`; see [`crate::telemetry`]) |
 //! | `slidegate_escaped_entries_total` | counter | `transport` (`grpc`, `check`) | descriptor entries whose key or value was not UTF-8 (or held a NUL), counted under an escape of their bytes |
+//! | `slidegate_counters_cleared_total` | counter | | counters that held hits and were cleared through `DELETE /counters` |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured

@@ -44,6 +44,7 @@ mod metrics;
 mod observer;
 mod plan;
 mod request;
+mod reset;
 mod response;
 #[cfg(test)]
 mod tests;

@@ -593,6 +593,9 @@ impl Store for Broken {
     async fn decide(&self, _: &[Counter]) -> Result<crate::store::Decision, StoreError> {
         Err(StoreError::Connection("refused".into()))
     }
+    async fn clear(&self, _: &[crate::store::CounterKey]) -> Result<Vec<bool>, StoreError> {
+        Err(StoreError::Connection("refused".into()))
+    }
     async fn ping(&self) -> Result<(), StoreError> {
         Err(StoreError::Connection("refused".into()))
     }

@@ -25,10 +25,13 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::service::operator::Caller;
+
 use super::flood::Metered;
 use super::grpc_port::MAX_CONCURRENT_CALLS;
 use super::http_budget::{CONNECTION_WINDOW, ConnectionShare, HttpBudget, STREAM_WINDOW};
 use super::limits::ServerLimits;
+use super::socket::Peer;
 use super::tls::{self, Listener, Stream, Tls};
 use super::{Handoff, stopped, take_over};
 
@@ -65,6 +68,7 @@ pub async fn serve(
                         handshake_timeout,
                         idle_timeout,
                         budget: budget.as_ref().map(HttpBudget::for_connection),
+                        caller: (listener == Listener::Admin).then_some(peer),
                         stop: stop.clone(),
                         drain_over: drain_over.clone(),
                     };
@@ -96,6 +100,9 @@ struct Connection {
     idle_timeout: Duration,
     /// This connection's share of the HTTP port's buffer budget (none on the operator listener).
     budget: Option<ConnectionShare>,
+    /// On the operator listener, who is calling: its requests carry it ([`Caller`]) for the logs
+    /// of what changes state.
+    caller: Option<Peer>,
     stop: watch::Receiver<bool>,
     drain_over: watch::Receiver<bool>,
 }
@@ -121,6 +128,10 @@ impl Connection {
                     share.clone().admit(request, next)
                 })),
             None => self.app,
+        };
+        let app = match self.caller {
+            Some(peer) => app.layer(axum::Extension(Caller(peer.to_string()))),
+            None => app,
         };
         let app = {
             let activity = Arc::clone(&activity);

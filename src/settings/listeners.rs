@@ -40,6 +40,12 @@ pub struct ListenSettings {
     #[arg(long, env = "SLIDEGATE_OPERATOR_HIDE_VALUES", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub operator_hide_values: bool,
+    /// File holding the operator token: the operator listener's endpoints that change state
+    /// (DELETE /counters) then require `Authorization: Bearer <token>`; without it they answer
+    /// 403. Surrounding whitespace is ignored; the file is read again at each use, so replacing
+    /// it rotates the token without a restart.
+    #[arg(long, env = "SLIDEGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// Permissions of the Unix socket files (octal, e.g. 0660: the owner and its group may
     /// connect); without it the umask decides. A socket file left by a crashed run is replaced,
     /// anything else at the path is refused; the file is removed on shutdown.

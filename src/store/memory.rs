@@ -310,6 +310,23 @@ impl MemoryStore {
         }
     }
 
+    /// Forgets the counters under `keys` ([`Store::clear`]): whether each held one.
+    pub fn clear_now(&self, keys: &[CounterKey]) -> Vec<bool> {
+        keys.iter()
+            .map(|key| {
+                // Stored under its compact stand-in when long (see the module docs).
+                let key = &key.compact(MAX_KEY_BYTES);
+                let mut map = self.shards[self.shard_of(key)].lock();
+                let removed = map.remove(key);
+                if let Some(tally) = &removed {
+                    self.budget
+                        .adjust(-signed(counter_bytes(key, tally.series())));
+                }
+                removed.is_some()
+            })
+            .collect()
+    }
+
     /// Drops expired runs and empty counters in every shard, and returns spare memory. Locks one
     /// shard at a time.
     pub fn sweep(&self) {
@@ -515,6 +532,10 @@ fn micros(d: Duration) -> u64 {
 impl Store for MemoryStore {
     async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
         Ok(self.decide_now(counters))
+    }
+
+    async fn clear(&self, keys: &[CounterKey]) -> Result<Vec<bool>, StoreError> {
+        Ok(self.clear_now(keys))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

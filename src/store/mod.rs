@@ -322,6 +322,11 @@ pub trait Store: Send + Sync + 'static {
     async fn peek(&self, counters: &[Counter]) -> Result<Vec<CounterResult>, StoreError> {
         Ok(self.decide(&checks_of(counters)).await?.counters)
     }
+    /// Forgets the counters under `keys` entirely, in whatever representation they are (a log,
+    /// buckets, a cross-slot provisional log), for `DELETE /counters`: whether each held a
+    /// counter. A store shared by replicas makes every replica's cache forget them too (see
+    /// `redis::resets`).
+    async fn clear(&self, keys: &[CounterKey]) -> Result<Vec<bool>, StoreError>;
     /// Whether the store answers (used by health checks).
     async fn ping(&self) -> Result<(), StoreError>;
     /// `memory`, `redis` or `redis-cluster`, for logs and metrics.

@@ -14,6 +14,7 @@ mod age;
 mod attack;
 mod byte_values;
 mod charges;
+mod counters;
 mod eg_translator;
 mod explain;
 mod guarantee;

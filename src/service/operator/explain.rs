@@ -19,7 +19,6 @@ use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::OperatorOptions;
 use crate::limiter::{ExplainedDescriptor, Explanation, LimitError, Outcome};
 use crate::service::decision::code_name;
 use crate::service::http_routes::{AppState, error_response};
@@ -29,7 +28,7 @@ use crate::store::HitKind;
 /// What a hidden value shows as.
 const HIDDEN: &str = "(hidden)";
 
-pub(super) async fn handler(state: AppState, options: OperatorOptions, body: Bytes) -> Response {
+pub(super) async fn handler(state: AppState, hide: bool, body: Bytes) -> Response {
     let limiter = state.front.limiter();
     let request = match json::parse_request(&body, &limiter.options().limits) {
         Ok(request) => request,
@@ -37,7 +36,6 @@ pub(super) async fn handler(state: AppState, options: OperatorOptions, body: Byt
     };
     match limiter.explain(&request.as_request()).await {
         Ok(explanation) => {
-            let hide = options.hide_values;
             let body = render(&request, &explanation, limiter.store().kind(), hide);
             Json(body).into_response()
         }
@@ -63,11 +61,7 @@ fn render(request: &OwnedRequest, explanation: &Explanation, store: &str, hide: 
 
 fn descriptor(entries: &[(String, String)], explained: &ExplainedDescriptor, hide: bool) -> Value {
     let mut out = Map::new();
-    let entries: Vec<Value> = entries
-        .iter()
-        .map(|(key, value)| json!({"key": key, "value": if hide { HIDDEN } else { value }}))
-        .collect();
-    out.insert("entries".into(), Value::Array(entries));
+    out.insert("entries".into(), entries_json(entries, hide));
     out.insert("hits".into(), json!(explained.hits));
     let kind = match explained.kind {
         HitKind::Admitted => "admitted",
@@ -76,18 +70,10 @@ fn descriptor(entries: &[(String, String)], explained: &ExplainedDescriptor, hid
     };
     out.insert("hitsKind".into(), json!(kind));
     out.insert("code".into(), json!(code_name(explained.code)));
-    let outcome = match &explained.outcome {
-        Outcome::NoRule => "no_rule",
-        Outcome::Unlimited => "unlimited",
-        Outcome::Replaced { by } => {
-            out.insert("replacedBy".into(), json!(by));
-            "replaced"
-        }
-        Outcome::Limited { by_override: false } => "limited",
-        Outcome::Limited { by_override: true } => "override",
-        Outcome::OverBudget => "over_budget",
-    };
-    out.insert("outcome".into(), json!(outcome));
+    if let Outcome::Replaced { by } = &explained.outcome {
+        out.insert("replacedBy".into(), json!(by));
+    }
+    out.insert("outcome".into(), json!(outcome_name(&explained.outcome)));
     let shown = hide.then_some(HIDDEN);
     let path: Vec<String> = explained.trace.iter().map(|s| s.render(shown)).collect();
     out.insert("path".into(), json!(path));
@@ -134,6 +120,27 @@ fn descriptor(entries: &[(String, String)], explained: &ExplainedDescriptor, hid
     Value::Object(out)
 }
 
-fn human(d: Duration) -> String {
+/// A request's entries as `[{"key", "value"}]`, each value `(hidden)` when `hide`.
+pub(super) fn entries_json(entries: &[(String, String)], hide: bool) -> Value {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|(key, value)| json!({"key": key, "value": if hide { HIDDEN } else { value }}))
+        .collect();
+    Value::Array(entries)
+}
+
+/// How a descriptor is decided, as the answers name it.
+pub(super) fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::NoRule => "no_rule",
+        Outcome::Unlimited => "unlimited",
+        Outcome::Replaced { .. } => "replaced",
+        Outcome::Limited { by_override: false } => "limited",
+        Outcome::Limited { by_override: true } => "override",
+        Outcome::OverBudget => "over_budget",
+    }
+}
+
+pub(super) fn human(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }

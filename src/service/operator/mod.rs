@@ -5,42 +5,86 @@
 //!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
 //! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]);
 //! - `POST /explain`: what a request would get and why, counting nothing ([`explain`]);
+//! - `DELETE /counters`: clears a request's counters, behind the operator token ([`counters`],
+//!   [`token`]);
 //! - `GET /healthcheck`: as on the HTTP port.
 //!
-//! Bodies are refused (413) except on `POST /explain`, which takes up to `--max-body-bytes`.
+//! Bodies are refused (413) except on `POST /explain` and `DELETE /counters`, which take up to
+//! `--max-body-bytes`.
 
+mod counters;
 mod explain;
+pub mod token;
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::header;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
+use axum::{Extension, Router};
 
 use super::http_routes::{AppState, healthcheck};
+use token::AdminToken;
 
 /// How the operator listener answers, from the command line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct OperatorOptions {
     /// Descriptor values (and the counter keys that carry them) are left out of answers
     /// (`--operator-hide-values`), for operators whose values are personal data.
     pub hide_values: bool,
+    /// `--admin-token-file`: without it, what changes state is refused.
+    pub token: Option<Arc<AdminToken>>,
 }
 
-/// The operator listener's routes. `max_body_bytes` bounds the one body it reads (`/explain`'s).
+/// Who called, on the operator listener: the peer's address (or `unix socket, pid N`). The
+/// server puts it in each request's extensions.
+#[derive(Clone, Debug)]
+pub struct Caller(pub String);
+
+/// The operator listener's routes. `max_body_bytes` bounds the bodies it reads (`/explain`'s and
+/// `/counters`').
 pub fn admin_router(state: AppState, options: OperatorOptions, max_body_bytes: usize) -> Router {
-    let explain =
-        move |State(state): State<AppState>, body: Bytes| explain::handler(state, options, body);
+    let options = Arc::new(options);
+    let cleared_total = state
+        .front
+        .metrics()
+        .counter(
+            "slidegate_counters_cleared_total",
+            "counters that held hits and were cleared by DELETE /counters",
+        )
+        .ok();
+    let explain = {
+        let options = Arc::clone(&options);
+        move |State(state): State<AppState>, body: Bytes| {
+            explain::handler(state, options.hide_values, body)
+        }
+    };
+    let clear = move |State(state): State<AppState>,
+                      caller: Option<Extension<Caller>>,
+                      headers: HeaderMap,
+                      query: Query<HashMap<String, String>>,
+                      body: Bytes| {
+        let (options, cleared_total) = (Arc::clone(&options), cleared_total.clone());
+        async move {
+            let request = counters::Request {
+                caller: caller.map(|Extension(c)| c),
+                headers,
+                query,
+                body,
+            };
+            counters::handler(state, &options, cleared_total.as_ref(), request).await
+        }
+    };
+    let bounded = || DefaultBodyLimit::max(max_body_bytes);
     Router::new()
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
-        .route(
-            "/explain",
-            post(explain).layer(DefaultBodyLimit::max(max_body_bytes)),
-        )
+        .route("/explain", post(explain).layer(bounded()))
+        .route("/counters", delete(clear).layer(bounded()))
         .route("/healthcheck", get(healthcheck))
         .layer(DefaultBodyLimit::max(0))
         .with_state(state)

@@ -95,13 +95,14 @@ impl RedisStore {
         ControlFlow::Continue(Vec::new())
     }
 
-    /// Stores what Redis said about the counters of a request sent at `sent`, then releases the
-    /// refreshes this request led: the requests that waited for them find the answer cached.
+    /// Stores what Redis said about the counters of a request sent at `sent`, when the cache's
+    /// epoch was `epoch` (nothing if it was cleared since), then releases the refreshes this
+    /// request led: the requests that waited for them find the answer cached.
     pub(super) fn remember(
         &self,
         counters: &[Counter],
         reply: &Reply,
-        sent: Instant,
+        (sent, epoch): (Instant, u64),
         refreshes: Vec<(usize, Refresh)>,
     ) {
         if let Some(cache) = &self.deny_cache {
@@ -112,7 +113,7 @@ impl RedisStore {
                     continue;
                 }
                 if let (false, Some(wait)) = (c.shadow, full_for(r, reply.allowed)) {
-                    cache.insert(&c.key, c.limit, sent + wait, sent);
+                    cache.insert_read_in(epoch, &c.key, c.limit, sent + wait, sent);
                 }
             }
             for (i, refresh) in &refreshes {

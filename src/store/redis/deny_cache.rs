@@ -24,6 +24,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -80,6 +81,9 @@ pub struct DenyCache {
     shards: Box<[Mutex<Entries>]>,
     per_shard: usize,
     hasher: RandomState,
+    /// Bumped by every [`DenyCache::clear`]: an answer read from Redis before a clear is not
+    /// remembered after it ([`DenyCache::insert_read_in`]).
+    epoch: AtomicU64,
 }
 
 impl DenyCache {
@@ -89,6 +93,7 @@ impl DenyCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             hasher: RandomState::new(),
+            epoch: AtomicU64::new(0),
         }
     }
 
@@ -123,11 +128,29 @@ impl DenyCache {
 
     /// Remembers that one hit cannot fit before `until` (replacing a refresh in flight).
     pub fn insert(&self, key: &CounterKey, limit: u64, until: Instant, now: Instant) {
+        self.insert_read_in(self.epoch(), key, limit, until, now);
+    }
+
+    /// [`DenyCache::insert`] of an answer asked in `epoch` (read before the request was sent):
+    /// nothing when the cache was cleared since, because the counter may have been reset after
+    /// Redis answered. Compared under the shard's lock, which [`DenyCache::clear`] takes after
+    /// bumping the epoch: an insert either sees the new epoch or is cleared.
+    pub fn insert_read_in(
+        &self,
+        epoch: u64,
+        key: &CounterKey,
+        limit: u64,
+        until: Instant,
+        now: Instant,
+    ) {
         if until <= now {
             return;
         }
         let id = (key.clone(), limit);
         let mut shard = self.shard(&id).lock();
+        if self.epoch() != epoch {
+            return;
+        }
         if shard.len() >= self.per_shard && !shard.contains_key(&id) {
             // Drop expired denies and handed-over refreshes that nobody leads.
             shard.retain(|_, slot| match slot {
@@ -166,6 +189,20 @@ impl DenyCache {
         }
     }
 
+    /// The clears so far; read before asking Redis, for [`DenyCache::insert_read_in`].
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Forgets everything (counters were reset, here or through another replica), and refuses
+    /// what requests in flight read before now.
+    pub fn clear(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        for shard in self.shards.iter() {
+            shard.lock().clear();
+        }
+    }
+
     /// Entries held (expired ones included until touched).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
@@ -187,6 +224,21 @@ mod tests {
 
     fn key(name: &str) -> CounterKey {
         CounterKey::new("d", [("k", name)], Duration::from_secs(1))
+    }
+
+    #[test]
+    fn a_clear_forgets_everything_and_refuses_answers_read_before_it() {
+        let cache = DenyCache::new(100);
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(60);
+        cache.insert(&key("a"), 5, later, t0);
+        let read_before = cache.epoch();
+        cache.clear();
+        assert!(cache.is_empty());
+        cache.insert_read_in(read_before, &key("b"), 5, later, t0);
+        assert_eq!(cache.denied_for(&key("b"), 5, t0), None);
+        cache.insert_read_in(cache.epoch(), &key("b"), 5, later, t0);
+        assert!(cache.denied_for(&key("b"), 5, t0).is_some());
     }
 
     #[test]

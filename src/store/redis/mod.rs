@@ -100,6 +100,7 @@ mod options;
 mod password;
 mod per_thread;
 mod redact;
+mod resets;
 pub mod script;
 pub mod sentinel;
 #[cfg(test)]
@@ -145,8 +146,11 @@ use super::{
 /// Builds the Redis store the options describe: cluster when seed nodes are given, else standalone.
 /// Fails only on bad options (URL, prefix, CA file); an unreachable Redis is not an error here
 /// (the store connects lazily and reconnects), so call [`Store::ping`] to report it at startup.
+/// With a deny cache, it follows the resets other replicas make (the `resets` module).
 pub async fn connect(opts: &RedisOptions) -> Result<Arc<dyn Store>, StoreError> {
-    Ok(Arc::new(RedisStore::connect(opts).await?))
+    let store = Arc::new(RedisStore::connect(opts).await?);
+    resets::spawn_follower(&store);
+    Ok(store)
 }
 
 /// Longest wait of the health probe ([`Store::ping`]), connecting included; below the health
@@ -158,6 +162,8 @@ pub struct RedisStore {
     conn: Conn,
     ids: RequestIds,
     deny_cache: Option<DenyCache>,
+    /// The reset generation last read, for the deny cache (the `resets` module).
+    resets: resets::Generation,
     shared: Arc<Shared>,
 }
 
@@ -318,6 +324,7 @@ impl RedisStore {
             conn,
             ids: RequestIds::new(),
             deny_cache,
+            resets: resets::Generation::default(),
             shared: Arc::new(Shared {
                 prefix: opts.prefix.clone(),
                 timeout: opts.timeout,
@@ -455,8 +462,9 @@ impl RedisStore {
             ControlFlow::Continue(refreshes) => refreshes,
         };
         let sent = Instant::now();
+        let epoch = self.deny_cache.as_ref().map_or(0, DenyCache::epoch);
         let reply = self.ask_redis(counters, deadline).await?;
-        self.remember(counters, &reply, sent, refreshes);
+        self.remember(counters, &reply, (sent, epoch), refreshes);
         Ok(Decision {
             allowed: reply.allowed,
             counters: reply.counters.into_iter().map(|r| r.result).collect(),
@@ -611,6 +619,10 @@ impl Store for RedisStore {
     /// would only say it ran out, and a Redis a slow handshake away still counts as up.
     async fn ping(&self) -> Result<(), StoreError> {
         self.with_timeout(PROBE_TIMEOUT, self.ping_inner()).await
+    }
+
+    async fn clear(&self, keys: &[CounterKey]) -> Result<Vec<bool>, StoreError> {
+        self.clear_keys(keys).await
     }
 
     /// Asks Redis, never the deny cache, and tells the cache nothing: the cache remembers when
