@@ -40,6 +40,7 @@
 
 pub mod envoy_stats;
 mod explain;
+pub mod limited;
 mod metrics;
 mod observer;
 mod plan;
@@ -51,7 +52,7 @@ mod tests;
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use crate::Scratch;
 use crate::config::{LiveRules, RuleSet};
@@ -60,6 +61,7 @@ use crate::store::{Counter, CounterResult, FailureMode, HitKind, Store, StoreErr
 use crate::throttle::Throttle;
 
 pub use explain::{ExplainedCounter, ExplainedDescriptor, Explanation, Outcome};
+use limited::LimitedKeys;
 pub use metrics::{DecisionLabel, DecisionMetrics, RuleCounters};
 pub use observer::Observer;
 use plan::{Limited, Plan};
@@ -96,6 +98,8 @@ pub struct RateLimiter {
     store: Arc<dyn Store>,
     options: Options,
     metrics: Arc<DecisionMetrics>,
+    /// The counters denying most now, for `GET /limited`.
+    limited: LimitedKeys,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -119,6 +123,7 @@ impl RateLimiter {
             store,
             options,
             metrics,
+            limited: LimitedKeys::default(),
         }
     }
 
@@ -137,6 +142,11 @@ impl RateLimiter {
 
     pub fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// The counters denying most now (`GET /limited`).
+    pub fn limited(&self) -> &LimitedKeys {
+        &self.limited
     }
 
     /// Decides one request; see the module docs.
@@ -281,6 +291,11 @@ impl RateLimiter {
                 result.over_limit,
                 near_limit,
             );
+            if code == Code::OverLimit {
+                let rule = limited.label_of(chosen - range.start);
+                self.limited
+                    .deny(&counters[chosen].key, rule, SystemTime::now());
+            }
             if let Some(envoy) = self.metrics.envoy_stats() {
                 envoy_record(
                     envoy,

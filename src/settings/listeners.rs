@@ -29,13 +29,14 @@ pub struct ListenSettings {
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: Address,
     /// Address of the operator listener (plaintext unless --tls-listeners names `admin`):
-    /// /metrics, /rlconfig, /healthcheck and POST /explain. The data ports never serve the rules or the metrics,
+    /// /metrics, /rlconfig, /healthcheck, POST /explain, GET /limited and DELETE /counters. The data ports never serve the rules or the metrics,
     /// and the default binds only the loopback interface; give Prometheus a reachable address
     /// (e.g. 0.0.0.0:6070 in a pod) where it scrapes. HOST:PORT or unix:/path.
     #[arg(long, env = "SLIDEGATE_ADMIN_ADDR", default_value = "127.0.0.1:6070")]
     pub admin_addr: Address,
-    /// Leave descriptor values out of what the operator listener answers (POST /explain shows
-    /// each value as `(hidden)` and no counter keys, which carry them): for operators whose
+    /// Leave descriptor values out of what the operator listener answers (POST /explain,
+    /// GET /limited and DELETE /counters show each value as `(hidden)` and no counter keys, which
+    /// carry them): for operators whose
     /// descriptor values are personal data (user ids, addresses).
     #[arg(long, env = "SLIDEGATE_OPERATOR_HIDE_VALUES", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]

@@ -28,7 +28,7 @@ use std::fmt::{self, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 
 /// Bytes escaped in key components (plus all non-ASCII, which `percent_encoding` always escapes).
 /// [`is_plain`] is its complement and must change with it.
@@ -90,6 +90,24 @@ impl CounterKey {
             let _ = write!(text, "{byte:02x}");
         }
         CounterKey(text.into())
+    }
+
+    /// The domain and entries this key encodes, decoded (bytes that are not UTF-8 replaced);
+    /// `None` for a [`CounterKey::compact`] stand-in, which no longer holds them.
+    pub fn decode(&self) -> Option<(String, Vec<(String, String)>)> {
+        if !self.0.starts_with('{') {
+            return None;
+        }
+        let text = |part: &str| percent_decode_str(part).decode_utf8_lossy().into_owned();
+        let mut parts = self.hash_tag().split(':');
+        let domain = text(parts.next()?);
+        let entries = parts
+            .map(|entry| {
+                let (key, value) = entry.split_once('=')?;
+                Some((text(key), text(value)))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some((domain, entries))
     }
 
     /// The Redis Cluster hash tag: the part between the braces.
@@ -303,6 +321,25 @@ mod tests {
     /// Pins the escaped set byte by byte, as keys in production were written: printable ASCII
     /// except `%:={}` stays, everything else becomes `%XX` (upper-case hex) per UTF-8 byte. The
     /// fast path ([`is_plain`]) and the encoder ([`ESCAPED`]) must agree on every byte.
+    #[test]
+    fn keys_decode_to_their_domain_and_entries() {
+        let key = CounterKey::new(
+            "api:v1",
+            [("user", "al=ice:{x}"), ("path", "/é %")],
+            Duration::from_secs(60),
+        );
+        let (domain, entries) = key.decode().expect("decodes");
+        assert_eq!(domain, "api:v1");
+        assert_eq!(
+            entries,
+            [
+                ("user".to_string(), "al=ice:{x}".to_string()),
+                ("path".to_string(), "/é %".to_string())
+            ]
+        );
+        assert_eq!(key.compact(10).decode(), None);
+    }
+
     #[test]
     fn escaped_bytes_are_pinned() {
         for byte in 0u8..=127 {

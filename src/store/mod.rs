@@ -327,6 +327,22 @@ pub trait Store: Send + Sync + 'static {
     /// counter. A store shared by replicas makes every replica's cache forget them too (see
     /// `redis::resets`).
     async fn clear(&self, keys: &[CounterKey]) -> Result<Vec<bool>, StoreError>;
+    /// Posts `note` on the shared `board` as `author` (a replica), replacing its previous note,
+    /// for `ttl`: how replicas tell each other what they see, off the request path (`GET
+    /// /limited`). A store that replicas do not share keeps nothing.
+    async fn post(
+        &self,
+        _board: &str,
+        _author: &str,
+        _note: &str,
+        _ttl: Duration,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// The unexpired notes on `board`, by author.
+    async fn notes(&self, _board: &str) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(Vec::new())
+    }
     /// Whether the store answers (used by health checks).
     async fn ping(&self) -> Result<(), StoreError>;
     /// `memory`, `redis` or `redis-cluster`, for logs and metrics.

@@ -20,6 +20,7 @@ mod explain;
 mod guarantee;
 mod hostile;
 mod http_bounds;
+mod limited;
 mod memory_budget;
 mod ratelimit_prometheus;
 mod reload;

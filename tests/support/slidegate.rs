@@ -144,10 +144,10 @@ impl Slidegate {
         self.process.pid()
     }
 
-    /// The port that serves `path`: the operator listener's for `/metrics`, `/rlconfig` and
-    /// `/explain`, the HTTP port's for the rest.
+    /// The port that serves `path`: the operator listener's for `/metrics`, `/rlconfig`,
+    /// `/explain`, `/counters` and `/limited`, the HTTP port's for the rest.
     pub fn port_for(&self, path: &str) -> u16 {
-        if ["/metrics", "/rlconfig", "/explain"]
+        if ["/metrics", "/rlconfig", "/explain", "/counters", "/limited"]
             .iter()
             .any(|p| path.starts_with(p))
         {

@@ -26,7 +26,7 @@ use crate::service::{OwnedRequest, json};
 use crate::store::HitKind;
 
 /// What a hidden value shows as.
-const HIDDEN: &str = "(hidden)";
+pub(super) const HIDDEN: &str = "(hidden)";
 
 pub(super) async fn handler(state: AppState, hide: bool, body: Bytes) -> Response {
     let limiter = state.front.limiter();

@@ -5,6 +5,7 @@
 //!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
 //! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]);
 //! - `POST /explain`: what a request would get and why, counting nothing ([`explain`]);
+//! - `GET /limited`: who is being limited now, across replicas ([`limited`]);
 //! - `DELETE /counters`: clears a request's counters, behind the operator token ([`counters`],
 //!   [`token`]);
 //! - `GET /healthcheck`: as on the HTTP port.
@@ -14,6 +15,7 @@
 
 mod counters;
 mod explain;
+pub mod limited;
 pub mod token;
 
 use std::collections::HashMap;
@@ -38,6 +40,8 @@ pub struct OperatorOptions {
     pub hide_values: bool,
     /// `--admin-token-file`: without it, what changes state is refused.
     pub token: Option<Arc<AdminToken>>,
+    /// This replica's name on the store's notice board ([`limited::replica_name`]).
+    pub replica: String,
 }
 
 /// Who called, on the operator listener: the peer's address (or `unix socket, pid N`). The
@@ -63,6 +67,13 @@ pub fn admin_router(state: AppState, options: OperatorOptions, max_body_bytes: u
             explain::handler(state, options.hide_values, body)
         }
     };
+    let limited = {
+        let options = Arc::clone(&options);
+        move |State(state): State<AppState>, query: Query<limited::Asked>| {
+            let options = Arc::clone(&options);
+            async move { limited::handler(state, options.hide_values, &options.replica, query).await }
+        }
+    };
     let clear = move |State(state): State<AppState>,
                       caller: Option<Extension<Caller>>,
                       headers: HeaderMap,
@@ -85,6 +96,7 @@ pub fn admin_router(state: AppState, options: OperatorOptions, max_body_bytes: u
         .route("/metrics", get(metrics))
         .route("/explain", post(explain).layer(bounded()))
         .route("/counters", delete(clear).layer(bounded()))
+        .route("/limited", get(limited))
         .route("/healthcheck", get(healthcheck))
         .layer(DefaultBodyLimit::max(0))
         .with_state(state)

@@ -88,6 +88,7 @@
 //! error messages are scrubbed of the configured passwords.
 
 mod batch;
+mod board;
 mod classify;
 mod cluster;
 mod consult;
@@ -623,6 +624,20 @@ impl Store for RedisStore {
 
     async fn clear(&self, keys: &[CounterKey]) -> Result<Vec<bool>, StoreError> {
         self.clear_keys(keys).await
+    }
+
+    async fn post(
+        &self,
+        board: &str,
+        author: &str,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.post_note(board, author, note, ttl).await
+    }
+
+    async fn notes(&self, board: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.read_notes(board).await
     }
 
     /// Asks Redis, never the deny cache, and tells the cache nothing: the cache remembers when

@@ -85,7 +85,7 @@ impl RedisStore {
     }
 
     /// One command on this thread's connection, under the store's timeout.
-    async fn command<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, StoreError> {
+    pub(super) async fn command<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, StoreError> {
         let run = async {
             let queried = match &self.conn {
                 Conn::Standalone(lanes) => cmd.query_async(&mut lanes.get().conn.clone()).await,
