@@ -23,7 +23,7 @@ use slidegate::server::{Apps, Workers, grpc_port::GrpcApp, tls::rotate::Rotation
 use slidegate::service::front::Front;
 use slidegate::service::http_routes::data_router;
 use slidegate::service::operator::token::AdminToken;
-use slidegate::service::operator::{OperatorOptions, admin_router, limited};
+use slidegate::service::operator::{OperatorOptions, admin_router, limited, status};
 use slidegate::service::ratelimit_prometheus::{self, RatelimitPrometheus};
 use slidegate::service::rls::GrpcService;
 use slidegate::service::{health::Health, http_routes::AppState, side};
@@ -369,6 +369,9 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     // Each replica posts its most-denied counters for the others' `GET /limited`.
     let replica = limited::replica_name();
     limited::spawn_poster(Arc::clone(&front), replica.clone(), stop_rx.clone());
+    // The decisions of the last minutes, for the operator page.
+    let history = Arc::new(parking_lot::Mutex::new(status::History::default()));
+    status::spawn_sampler(Arc::clone(&metrics), Arc::clone(&history), stop_rx.clone());
     let state = AppState {
         front: Arc::clone(&front),
         health: Arc::clone(&health),
@@ -384,6 +387,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
                 hide_values: settings.listen.operator_hide_values,
                 token: admin_token,
                 replica: replica.clone(),
+                history,
             },
             requests.max_body_bytes,
         ),

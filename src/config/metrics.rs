@@ -126,6 +126,7 @@ mod tests {
             served,
             on_disk: None,
             loaded_at: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+            last_error: None,
         });
         let text = registry.render();
         for name in [

@@ -70,6 +70,8 @@ pub struct ConfigStatus {
     pub on_disk: Option<Checksum>,
     /// When the live rules were loaded.
     pub loaded_at: SystemTime,
+    /// Why the last reload was refused, while the files on disk are not the ones served.
+    pub last_error: Option<Arc<str>>,
 }
 
 impl ConfigStatus {
@@ -107,6 +109,7 @@ impl Reloader {
             served: live.load().checksum(),
             on_disk: Some(live.load().checksum()),
             loaded_at: SystemTime::now(),
+            last_error: None,
         };
         let inner = Arc::new(Inner {
             path,
@@ -397,9 +400,13 @@ impl Inner {
         let outcome = self.swap(result);
         let mut status = ConfigStatus::clone(&self.status.load());
         status.on_disk = on_disk;
-        if let ReloadOutcome::Loaded { .. } = outcome {
-            status.served = self.live.load().checksum();
-            status.loaded_at = SystemTime::now();
+        match &outcome {
+            ReloadOutcome::Loaded { .. } => {
+                status.served = self.live.load().checksum();
+                status.loaded_at = SystemTime::now();
+                status.last_error = None;
+            }
+            ReloadOutcome::Failed(errors) => status.last_error = Some(errors.to_string().into()),
         }
         (self.hook)(&outcome, &status);
         self.status.store(Arc::new(status));

@@ -22,6 +22,7 @@ mod hostile;
 mod http_bounds;
 mod limited;
 mod memory_budget;
+mod page;
 mod ratelimit_prometheus;
 mod reload;
 mod response_metadata;

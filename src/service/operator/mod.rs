@@ -5,6 +5,7 @@
 //!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
 //! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]);
 //! - `POST /explain`: what a request would get and why, counting nothing ([`explain`]);
+//! - `GET /`: the operator page ([`page`]), over `GET /status.json` ([`status`]) and the rest;
 //! - `GET /limited`: who is being limited now, across replicas ([`limited`]);
 //! - `DELETE /counters`: clears a request's counters, behind the operator token ([`counters`],
 //!   [`token`]);
@@ -16,6 +17,8 @@
 mod counters;
 mod explain;
 pub mod limited;
+mod page;
+pub mod status;
 pub mod token;
 
 use std::collections::HashMap;
@@ -27,9 +30,11 @@ use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use axum::{Extension, Router};
+use axum::{Extension, Json, Router};
+use parking_lot::Mutex;
 
 use super::http_routes::{AppState, healthcheck};
+use status::History;
 use token::AdminToken;
 
 /// How the operator listener answers, from the command line.
@@ -42,6 +47,8 @@ pub struct OperatorOptions {
     pub token: Option<Arc<AdminToken>>,
     /// This replica's name on the store's notice board ([`limited::replica_name`]).
     pub replica: String,
+    /// The decisions of the last minutes, for `/status.json` ([`status::spawn_sampler`]).
+    pub history: Arc<Mutex<History>>,
 }
 
 /// Who called, on the operator listener: the peer's address (or `unix socket, pid N`). The
@@ -74,20 +81,38 @@ pub fn admin_router(state: AppState, options: OperatorOptions, max_body_bytes: u
             async move { limited::handler(state, options.hide_values, &options.replica, query).await }
         }
     };
-    let clear = move |State(state): State<AppState>,
-                      caller: Option<Extension<Caller>>,
-                      headers: HeaderMap,
-                      query: Query<HashMap<String, String>>,
-                      body: Bytes| {
-        let (options, cleared_total) = (Arc::clone(&options), cleared_total.clone());
-        async move {
-            let request = counters::Request {
-                caller: caller.map(|Extension(c)| c),
-                headers,
-                query,
-                body,
-            };
-            counters::handler(state, &options, cleared_total.as_ref(), request).await
+    let clear = {
+        let options = Arc::clone(&options);
+        move |State(state): State<AppState>,
+              caller: Option<Extension<Caller>>,
+              headers: HeaderMap,
+              query: Query<HashMap<String, String>>,
+              body: Bytes| {
+            let (options, cleared_total) = (Arc::clone(&options), cleared_total.clone());
+            async move {
+                let request = counters::Request {
+                    caller: caller.map(|Extension(c)| c),
+                    headers,
+                    query,
+                    body,
+                };
+                counters::handler(state, &options, cleared_total.as_ref(), request).await
+            }
+        }
+    };
+    let status = {
+        let options = Arc::clone(&options);
+        move |State(state): State<AppState>| {
+            let options = Arc::clone(&options);
+            async move {
+                let reset = options.token.is_some();
+                Json(status::handler(
+                    &state,
+                    &options.history,
+                    reset,
+                    options.hide_values,
+                ))
+            }
         }
     };
     let bounded = || DefaultBodyLimit::max(max_body_bytes);
@@ -97,6 +122,13 @@ pub fn admin_router(state: AppState, options: OperatorOptions, max_body_bytes: u
         .route("/explain", post(explain).layer(bounded()))
         .route("/counters", delete(clear).layer(bounded()))
         .route("/limited", get(limited))
+        .route("/status.json", get(status))
+        .route(
+            "/",
+            get(|State(state): State<AppState>| async move { page::index(&state) }),
+        )
+        .route("/page.js", get(|| async { page::script() }))
+        .route("/page.css", get(|| async { page::style() }))
         .route("/healthcheck", get(healthcheck))
         .layer(DefaultBodyLimit::max(0))
         .with_state(state)

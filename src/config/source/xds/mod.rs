@@ -87,6 +87,7 @@ impl XdsSource {
             served: live.load().checksum(),
             on_disk: Some(live.load().checksum()),
             loaded_at: SystemTime::now(),
+            last_error: None,
         }));
         let ready = Arc::new(AtomicBool::new(options.force_start));
         let applier = stream::Applier::new(live, hook, Arc::clone(&status), Arc::clone(&ready));

@@ -243,6 +243,7 @@ impl Applier {
             served: checksum,
             on_disk: Some(checksum),
             loaded_at: SystemTime::now(),
+            last_error: None,
         };
         (self.hook)(&ReloadOutcome::Loaded { rules: count }, &status);
         self.status.store(Arc::new(status));
