@@ -20,6 +20,7 @@ use slidegate::limiter::{DecisionMetrics, RateLimiter, RequestLimits};
 use slidegate::metrics::Metrics;
 use slidegate::server::metrics::ServerMetrics;
 use slidegate::server::{Apps, Workers, grpc_port::GrpcApp, tls::rotate::Rotation};
+use slidegate::service::decision::log::{DecisionLog, LogDecisions};
 use slidegate::service::front::Front;
 use slidegate::service::http_routes::data_router;
 use slidegate::service::operator::token::AdminToken;
@@ -303,7 +304,10 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
             opts.metrics = redis_metrics;
         })
         .await?;
-    let limiter = Arc::new(RateLimiter::new(live, store, requests.options(), decisions));
+    let mut options = requests.options();
+    // The decision log names the rule that decided, as the dynamic metadata does.
+    options.name_rules |= settings.logging.log_decisions != LogDecisions::Off;
+    let limiter = Arc::new(RateLimiter::new(live, store, options, decisions));
     let trace_metrics = Arc::new(TraceMetrics::new(&metrics));
     let traces = match settings.telemetry.traces() {
         None => None,
@@ -312,10 +316,16 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
             Some(Traces::start(&traces, trace_metrics, store, shadow)?)
         }
     };
+    let log = DecisionLog::new(
+        settings.logging.log_decisions,
+        settings.listen.operator_hide_values,
+        &metrics,
+    );
     let front = Arc::new(Front::new(
         Arc::clone(&limiter),
         traces,
         Arc::clone(&metrics),
+        log,
     ));
     let server_metrics = Arc::new(ServerMetrics::new(&metrics));
 

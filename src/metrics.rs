@@ -32,6 +32,7 @@
 //! | `slidegate_trace_spans_total` | counter | `outcome` (`exported`, `dropped`, `failed`) | decision spans handed to the collector, dropped because the export queue was full, or lost with a failed export (with `--otlp-endpoint`; see [`crate::telemetry`]) |
 //! | `slidegate_escaped_entries_total` | counter | `transport` (`grpc`, `check`) | descriptor entries whose key or value was not UTF-8 (or held a NUL), counted under an escape of their bytes |
 //! | `slidegate_counters_cleared_total` | counter | | counters that held hits and were cleared through `DELETE /counters` |
+//! | `slidegate_decision_log_dropped_total` | counter | | decision lines (`--log-decisions`) not written because more than 100 came in one second |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured

@@ -89,6 +89,9 @@ pub struct Options {
     /// Name the rule that decided each descriptor in the answer ([`DescriptorStatus::rule`]), for
     /// the gRPC answer's dynamic metadata (`--response-metadata`).
     pub response_metadata: bool,
+    /// Name the rule that decided in each status ([`DescriptorStatus::rule`]): for the dynamic
+    /// metadata, and for the decision log.
+    pub name_rules: bool,
     pub limits: RequestLimits,
 }
 
@@ -405,7 +408,7 @@ impl RateLimiter {
 
     /// The name of the rule (or limit) that decided, when answers carry it.
     fn rule_of(&self, limited: &Limited<'_>, deciding: usize) -> Option<Box<DecidingRule>> {
-        self.options.response_metadata.then(|| {
+        self.options.name_rules.then(|| {
             let rule = limited.label_of(deciding);
             Box::new(DecidingRule {
                 name: crate::metrics::bounded_to(rule, envoy_stats::MAX_KEY_BYTES).into_owned(),

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use prometheus::{Histogram, IntCounter};
 
-use crate::limiter::RateLimiter;
+use super::decision::log::DecisionLog;
+use crate::limiter::{RateLimiter, Request, Response};
 use crate::metrics::Metrics;
 use crate::telemetry::Traces;
 
@@ -46,6 +47,8 @@ pub struct Front {
     request_duration: [Histogram; 3],
     /// `slidegate_escaped_entries_total` of each [`Transport`].
     escaped_entries: [IntCounter; 3],
+    /// `--log-decisions`.
+    log: DecisionLog,
 }
 
 impl std::fmt::Debug for Front {
@@ -60,7 +63,12 @@ impl std::fmt::Debug for Front {
 impl Front {
     /// The front of the process, registering the requests' metric family into `metrics`; with
     /// `traces`, sampled requests get a span.
-    pub fn new(limiter: Arc<RateLimiter>, traces: Option<Traces>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        limiter: Arc<RateLimiter>,
+        traces: Option<Traces>,
+        metrics: Arc<Metrics>,
+        log: DecisionLog,
+    ) -> Self {
         // A constant definition: registering it can only fail on a programming error (a
         // duplicate or malformed name), which the unit tests catch.
         let request_duration = metrics
@@ -86,6 +94,7 @@ impl Front {
             escaped_entries: Transport::ALL
                 .map(|t| escaped_entries.with_label_values(&[t.as_str()])),
             metrics,
+            log,
         }
     }
 
@@ -106,6 +115,12 @@ impl Front {
     /// Time to answer one request.
     pub fn observe_request(&self, transport: Transport, elapsed: Duration) {
         self.request_duration[transport.index()].observe(elapsed.as_secs_f64());
+    }
+
+    /// A decision, for the decision log (`--log-decisions`).
+    #[inline]
+    pub fn decided(&self, transport: Transport, request: &Request<'_>, response: &Response) {
+        self.log.decided(transport.as_str(), request, response);
     }
 
     /// Entries of one request that were escaped (see [`crate::limiter::entry_text`]).

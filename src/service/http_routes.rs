@@ -64,7 +64,14 @@ async fn json_handler(
     let started = Instant::now();
     let decided = match json::parse_request(&body, &state.front.limiter().options().limits) {
         Err(message) => Err(LimitError::InvalidArgument(message)),
-        Ok(request) => super::decide(state.front.limiter(), &request.as_request(), &mut span).await,
+        Ok(request) => {
+            let request = request.as_request();
+            let decided = super::decide(state.front.limiter(), &request, &mut span).await;
+            if let Ok(response) = &decided {
+                state.front.decided(Transport::Json, &request, response);
+            }
+            decided
+        }
     };
     let response = match &decided {
         Ok(decision) => {
@@ -101,12 +108,12 @@ async fn check_handler(
         Ok(check) => (
             {
                 state.front.observe_escaped(Transport::Check, check.escaped);
-                super::decide(
-                    state.front.limiter(),
-                    &check.request.as_request(),
-                    &mut span,
-                )
-                .await
+                let request = check.request.as_request();
+                let decided = super::decide(state.front.limiter(), &request, &mut span).await;
+                if let Ok(response) = &decided {
+                    state.front.decided(Transport::Check, &request, response);
+                }
+                decided
             },
             check.deny_status,
         ),

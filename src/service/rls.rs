@@ -104,6 +104,7 @@ impl GrpcService {
                     .limiter()
                     .should_rate_limit_observed(&request, observer);
                 decided.await.map(|response| {
+                    self.front.decided(Transport::Grpc, &request, &response);
                     let metadata = (self.front.limiter().options())
                         .response_metadata
                         .then(|| metadata::encode(&request, &response));

@@ -1,5 +1,7 @@
 //! The log: its format and filter.
 
+use crate::service::decision::log::{LogDecisions, TARGET as DECISIONS};
+
 /// The log cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -24,16 +26,35 @@ pub struct LogSettings {
     /// else info].
     #[arg(long, env = "SLIDEGATE_LOG_LEVEL")]
     pub log_level: Option<String>,
+    /// One log line per decision: `off`, `denied` (requests answered OVER_LIMIT) or `all`; at
+    /// most 100 lines a second (the rest counted in slidegate_decision_log_dropped_total), at
+    /// info level under the target `slidegate::decisions` whatever --log-level says. Values are
+    /// cut to 64 characters, and hidden under --operator-hide-values.
+    #[arg(
+        long,
+        env = "SLIDEGATE_LOG_DECISIONS",
+        value_enum,
+        default_value = "off"
+    )]
+    pub log_decisions: LogDecisions,
 }
 
 impl LogSettings {
     /// Installs the process's logger, writing to stderr (in colour on a terminal).
     pub fn init(&self) -> Result<(), LogError> {
         use tracing_subscriber::EnvFilter;
-        let filter = match &self.log_level {
+        let mut filter = match &self.log_level {
             Some(level) => EnvFilter::try_new(level)?,
             None => EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new("info"))?,
         };
+        // The file watcher's own events stay out of a debug or trace log: with the log file in a
+        // watched directory, each line written would be an event that writes a line.
+        for quiet in ["notify=warn", "notify_debouncer_full=warn"] {
+            filter = filter.add_directive(quiet.parse()?);
+        }
+        if self.log_decisions != LogDecisions::Off {
+            filter = filter.add_directive(format!("{DECISIONS}=info").parse()?);
+        }
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)

@@ -84,6 +84,7 @@ impl RequestSettings {
             response_headers: self.response_headers,
             record_over_limit: self.record_over_limit,
             response_metadata: self.response_metadata,
+            name_rules: self.response_metadata,
             limits: RequestLimits {
                 max_descriptors: self.max_descriptors,
                 max_entries: self.max_entries,

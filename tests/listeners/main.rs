@@ -15,6 +15,7 @@ mod attack;
 mod byte_values;
 mod charges;
 mod counters;
+mod decision_log;
 mod eg_translator;
 mod explain;
 mod guarantee;

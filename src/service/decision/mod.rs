@@ -5,8 +5,10 @@
 //! call). Two consumers read that today, both from here, so that neither the limiter nor the
 //! transports know them and [`crate::telemetry`] knows nothing of the limiter:
 //! - [`span`]: the trace span of a sampled request;
-//! - [`metadata`]: the `dynamic_metadata` of a `ShouldRateLimit` answer (`--response-metadata`).
+//! - [`metadata`]: the `dynamic_metadata` of a `ShouldRateLimit` answer (`--response-metadata`);
+//! - [`log`]: a line per decision (`--log-decisions`).
 
+pub mod log;
 pub mod metadata;
 pub mod span;
 
