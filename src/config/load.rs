@@ -25,9 +25,11 @@ use super::{ConfigError, ConfigErrors, ConfigWarning, RuleSet};
 /// Loads one file, or every rule file of a directory (see the module doc), at start; warnings
 /// are logged.
 ///
-/// A directory without rule files loads as no rules, as in envoyproxy/ratelimit: every request
-/// is answered OK until rule files appear (a Kubernetes ConfigMap may start empty). A reload that
-/// finds none is an error instead ([`read_sources`]): the rules that were live stay.
+/// One policy for a directory without rule files, at start, on reload and in `check-config`: it
+/// is no rules, as in envoyproxy/ratelimit (every request is answered OK until rule files appear;
+/// a Kubernetes ConfigMap may start empty), except that a reload never drops live rules that way
+/// ([`read_sources`]): a deploy that empties the directory for a moment keeps the rules that were
+/// live, and the refused reload is counted and logged.
 pub fn load_path(path: &Path) -> Result<RuleSet, ConfigErrors> {
     let (sources, warnings) = list_sources(path, Empty::NoRules);
     log_skipped(&warnings);
@@ -120,10 +122,19 @@ fn compile_sources(
 }
 
 /// Reads the rule files at `path` as (file name, text) pairs, sorted by name, for a reload, and
-/// logs every directory entry it skips. A directory without rule files is an error: rules
-/// that were live are not dropped because a deploy emptied the directory for a moment.
-pub(super) fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigErrors> {
-    let (sources, warnings) = list_sources(path, Empty::Error);
+/// logs every directory entry it skips. A directory without rule files is an error when rules are
+/// live (`rules_live`): they are not dropped because a deploy emptied the directory for a moment.
+/// Without live rules it is no rules, as at start: nothing changed.
+pub(super) fn read_sources(
+    path: &Path,
+    rules_live: bool,
+) -> Result<Vec<(String, String)>, ConfigErrors> {
+    let empty = if rules_live {
+        Empty::Error
+    } else {
+        Empty::NoRules
+    };
+    let (sources, warnings) = list_sources(path, empty);
     log_skipped(&warnings);
     sources
 }

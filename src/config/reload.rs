@@ -373,7 +373,8 @@ impl Inner {
 
     async fn read(&self) -> Sources {
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || read_sources(&path))
+        let rules_live = self.live.load().rule_count() > 0;
+        tokio::task::spawn_blocking(move || read_sources(&path, rules_live))
             .await
             .unwrap_or_else(|e| Err(self.task_failed(e)))
     }

@@ -17,6 +17,7 @@ mod charges;
 mod counters;
 mod decision_log;
 mod eg_translator;
+mod empty_rules;
 mod explain;
 mod guarantee;
 mod hostile;
