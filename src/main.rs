@@ -335,6 +335,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
         Some(ready) => Health::gated(reporter, ready).await,
     };
     health.ignore_store_outage(settings.store.health_ignores_store_outage);
+    health.export(&metrics);
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));
 

@@ -33,6 +33,11 @@
 //! | `slidegate_escaped_entries_total` | counter | `transport` (`grpc`, `check`) | descriptor entries whose key or value was not UTF-8 (or held a NUL), counted under an escape of their bytes |
 //! | `slidegate_counters_cleared_total` | counter | | counters that held hits and were cleared through `DELETE /counters` |
 //! | `slidegate_decision_log_dropped_total` | counter | | decision lines (`--log-decisions`) not written because more than 100 came in one second |
+//! | `slidegate_memory_store_bytes` | gauge | | bytes the memory store holds: keys, logs, buckets and map slots (allocator overhead not included) |
+//! | `slidegate_memory_store_max_bytes` | gauge | | the memory store's budget (`--memory-max-bytes`): at it, a request that would create a counter is decided over limit |
+//! | `slidegate_memory_store_refused_total` | counter | | requests decided over limit because the memory store was at its budget |
+//! | `slidegate_serving` | gauge | | 1 while this process is SERVING (gRPC health and `/healthcheck`), else 0 |
+//! | `slidegate_store_up` | gauge | `store` (`memory`, `redis`, `redis-cluster`, `redis-sentinel`) | 1 while the store answers its health probe, else 0 |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
 //! Label cardinality is bounded by the configuration, never by clients: `domain` is a configured

@@ -58,6 +58,15 @@ impl ServerMetrics {
         for result in ["success", "failure"] {
             tls_reloads.with_label_values(&[result]);
         }
+        // Every series at zero from start: alerts on `rate()` need a series before the first event.
+        for listener in ["grpc", "http", "admin"] {
+            for reason in ["max_connections", "max_connections_per_peer"] {
+                connections_refused.with_label_values(&[listener, reason]);
+            }
+            for reason in super::tls::HANDSHAKE_FAILURES {
+                tls_handshake_failures.with_label_values(&[listener, reason]);
+            }
+        }
         Ok(ServerMetrics {
             connections_refused,
             tls_handshake_failures,

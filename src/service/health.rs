@@ -20,14 +20,16 @@
 //! [`Health::gated`]). A background task checks the store every second and flips the state;
 //! transitions are logged once, not on every check.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use prometheus::{IntGauge, IntGaugeVec};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::limiter::RateLimiter;
+use crate::metrics::Metrics;
 use crate::store::StoreError;
 
 /// The gRPC health service names that report the rate-limit service's state: the whole server
@@ -79,6 +81,13 @@ pub struct Health {
     ignore_outage: AtomicBool,
     /// Set by a rule source whose rules are not in at start (see [`Health::gated`]).
     rules_in: Option<Arc<AtomicBool>>,
+    /// `slidegate_serving` and `slidegate_store_up`, once [`Health::export`] registered them.
+    gauges: OnceLock<Gauges>,
+}
+
+struct Gauges {
+    serving: IntGauge,
+    store_up: IntGaugeVec,
 }
 
 impl std::fmt::Debug for Health {
@@ -110,6 +119,7 @@ impl Health {
             condition: AtomicU8::new(UNCHECKED),
             ignore_outage: AtomicBool::new(false),
             rules_in,
+            gauges: OnceLock::new(),
         });
         health.publish(false).await;
         health
@@ -119,6 +129,24 @@ impl Health {
     /// that cannot run the script is NOT_SERVING all the same.
     pub fn ignore_store_outage(&self, ignore: bool) {
         self.ignore_outage.store(ignore, Ordering::SeqCst);
+    }
+
+    /// Shows the state in `metrics`: `slidegate_serving` (1 while SERVING) and
+    /// `slidegate_store_up{store}` (1 while the store answers its health probe).
+    pub fn export(&self, metrics: &Metrics) {
+        let serving = metrics.gauge(
+            "slidegate_serving",
+            "1 while this process is SERVING (gRPC health and /healthcheck), else 0.",
+        );
+        let store_up = metrics.gauge_vec(
+            "slidegate_store_up",
+            "1 while the store answers its health probe, else 0, by store kind.",
+            &["store"],
+        );
+        if let (Ok(serving), Ok(store_up)) = (serving, store_up) {
+            serving.set(i64::from(self.is_serving()));
+            let _ = self.gauges.set(Gauges { serving, store_up });
+        }
     }
 
     /// Whether requests should be sent here.
@@ -132,6 +160,9 @@ impl Health {
             return;
         }
         let was = self.serving.swap(serving, Ordering::SeqCst);
+        if let Some(gauges) = self.gauges.get() {
+            gauges.serving.set(i64::from(serving));
+        }
         if was != serving {
             self.publish(serving).await;
         }
@@ -141,6 +172,9 @@ impl Health {
     pub async fn shut_down(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
         self.serving.store(false, Ordering::SeqCst);
+        if let Some(gauges) = self.gauges.get() {
+            gauges.serving.set(0);
+        }
         self.publish(false).await;
     }
 
@@ -175,6 +209,10 @@ impl Health {
             Ok(()) => Condition::Serving,
         };
         let serving = rules_in && condition.serving();
+        if let Some(gauges) = self.gauges.get() {
+            let up = gauges.store_up.with_label_values(&[limiter.store().kind()]);
+            up.set(i64::from(store.is_ok()));
+        }
         let was = self.condition.swap(condition as u8, Ordering::SeqCst);
         if was != condition as u8 && !self.shutting_down.load(Ordering::SeqCst) {
             let kind = limiter.store().kind();

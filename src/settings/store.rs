@@ -29,7 +29,7 @@ pub enum OpenError {
     /// The error names the sentinels and the master; the rest of the options add nothing.
     #[error("cannot find the Redis primary through Redis Sentinel")]
     Sentinel(#[source] StoreError),
-    #[error("invalid Redis settings {options}")]
+    #[error("invalid store settings ({options})")]
     Invalid {
         options: String,
         #[source]
@@ -194,8 +194,13 @@ impl StoreSettings {
             .await
             .map_err(|source| match &opts.sentinel {
                 Some(_) => OpenError::Sentinel(source),
+                // The flag, not the options' debug form: the source names the (redacted) URL.
                 None => OpenError::Invalid {
-                    options: format!("{opts:?}"),
+                    options: if opts.cluster_nodes.is_empty() {
+                        "--redis-url".into()
+                    } else {
+                        "--redis-cluster".into()
+                    },
                     source,
                 },
             })?;

@@ -151,6 +151,23 @@ impl Failure {
     }
 }
 
+/// Every `reason` of `slidegate_tls_handshake_failures_total`: each series exists from start, at
+/// zero, so an alert on its rate has something to read.
+pub const HANDSHAKE_FAILURES: [&str; 12] = [
+    "handshake_timeout",
+    "aborted",
+    "no_client_certificate",
+    "san_not_allowed",
+    "unknown_issuer",
+    "client_certificate_not_valid_now",
+    "bad_client_certificate",
+    "no_application_protocol",
+    "alert_received",
+    "not_tls",
+    "incompatible",
+    "other",
+];
+
 /// The `reason` label of a rustls handshake error.
 fn reason(error: &rustls::Error) -> &'static str {
     use rustls::Error;

@@ -28,6 +28,17 @@ pub enum LogDecisions {
     All,
 }
 
+impl LogDecisions {
+    /// The command line's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogDecisions::Off => "off",
+            LogDecisions::Denied => "denied",
+            LogDecisions::All => "all",
+        }
+    }
+}
+
 /// Most lines a second; the rest are counted as dropped.
 pub const MAX_PER_SECOND: u64 = 100;
 
