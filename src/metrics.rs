@@ -7,7 +7,7 @@
 //! | `slidegate_near_limit_total` | counter | `domain`, `rule` | allowed decisions that left 80 % or more of the limit used |
 //! | `slidegate_unknown_domain_total` | counter | | requests for a domain with no rules (answered OK) |
 //! | `slidegate_no_rule_total` | counter | `domain` | descriptors of a known domain that matched no rule (answered OK) |
-//! | `slidegate_request_duration_seconds` | histogram | `transport` (`grpc`, `json`, `check`) | time to answer one request |
+//! | `slidegate_request_duration_seconds` | histogram | `transport` (`grpc`, `json`, `check`), `code` (`OK`, `OVER_LIMIT`, `INVALID_ARGUMENT`: malformed or over the request limits, HTTP 400; `UNAVAILABLE`: the store failed under `--failure-mode error`, HTTP 503) | time to answer one request, by how it was answered |
 //! | `slidegate_store_duration_seconds` | histogram | | time of one store decision (one round trip) |
 //! | `slidegate_store_errors_total` | counter | `kind` (`timeout`, `connection`, `oom`, `backend`, `incompatible`) | failed store decisions (`oom`: Redis at `maxmemory` refused the write; `incompatible`: Redis answered but cannot run the script) |
 //! | `slidegate_store_failovers_total` | counter | | Redis Sentinel failovers followed: the sentinels named a new primary and the store moved to it |

@@ -9,7 +9,7 @@ use std::time::Duration;
 use prometheus::{Histogram, IntCounter};
 
 use super::decision::log::DecisionLog;
-use crate::limiter::{RateLimiter, Request, Response};
+use crate::limiter::{Code, LimitError, RateLimiter, Request, Response};
 use crate::metrics::Metrics;
 use crate::telemetry::Traces;
 
@@ -37,14 +37,54 @@ impl Transport {
     }
 }
 
+/// How a request was answered, whatever the transport: the `code` of
+/// `slidegate_request_duration_seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    OverLimit,
+    /// Refused as malformed or over the request limits (gRPC INVALID_ARGUMENT, HTTP 400).
+    InvalidArgument,
+    /// The store failed and the failure mode answered with an error (UNAVAILABLE, HTTP 503).
+    Unavailable,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 4] = [
+        Outcome::Ok,
+        Outcome::OverLimit,
+        Outcome::InvalidArgument,
+        Outcome::Unavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "OK",
+            Outcome::OverLimit => "OVER_LIMIT",
+            Outcome::InvalidArgument => "INVALID_ARGUMENT",
+            Outcome::Unavailable => "UNAVAILABLE",
+        }
+    }
+
+    /// The outcome of a decision.
+    pub fn of(decided: Result<&Response, &LimitError>) -> Outcome {
+        match decided {
+            Ok(response) if response.overall == Code::OverLimit => Outcome::OverLimit,
+            Ok(_) => Outcome::Ok,
+            Err(LimitError::InvalidArgument(_)) => Outcome::InvalidArgument,
+            Err(LimitError::Unavailable(_)) => Outcome::Unavailable,
+        }
+    }
+}
+
 /// The limiter, the traces and the metrics of the gRPC service, the HTTP routes and the h2
 /// server.
 pub struct Front {
     limiter: Arc<RateLimiter>,
     traces: Option<Traces>,
     metrics: Arc<Metrics>,
-    /// `slidegate_request_duration_seconds` of each [`Transport`].
-    request_duration: [Histogram; 3],
+    /// `slidegate_request_duration_seconds` of each [`Transport`] and [`Outcome`].
+    request_duration: [[Histogram; 4]; 3],
     /// `slidegate_escaped_entries_total` of each [`Transport`].
     escaped_entries: [IntCounter; 3],
     /// `--log-decisions`.
@@ -74,8 +114,9 @@ impl Front {
         let request_duration = metrics
             .latency_vec(
                 "slidegate_request_duration_seconds",
-                "Time to answer one rate-limit request, by transport (grpc, json, check).",
-                &["transport"],
+                "Time to answer one rate-limit request, by transport (grpc, json, check) and code \
+                 (OK, OVER_LIMIT, INVALID_ARGUMENT, UNAVAILABLE).",
+                &["transport", "code"],
             )
             .expect("metric definitions are valid");
         let escaped_entries = metrics
@@ -89,8 +130,9 @@ impl Front {
         Front {
             limiter,
             traces,
-            request_duration: Transport::ALL
-                .map(|t| request_duration.with_label_values(&[t.as_str()])),
+            request_duration: Transport::ALL.map(|t| {
+                Outcome::ALL.map(|o| request_duration.with_label_values(&[t.as_str(), o.as_str()]))
+            }),
             escaped_entries: Transport::ALL
                 .map(|t| escaped_entries.with_label_values(&[t.as_str()])),
             metrics,
@@ -112,9 +154,9 @@ impl Front {
         &self.metrics
     }
 
-    /// Time to answer one request.
-    pub fn observe_request(&self, transport: Transport, elapsed: Duration) {
-        self.request_duration[transport.index()].observe(elapsed.as_secs_f64());
+    /// Time to answer one request, and how it was answered.
+    pub fn observe_request(&self, transport: Transport, outcome: Outcome, elapsed: Duration) {
+        self.request_duration[transport.index()][outcome as usize].observe(elapsed.as_secs_f64());
     }
 
     /// A decision, for the decision log (`--log-decisions`).

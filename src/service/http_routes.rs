@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 
 use super::check::{self, DenyStatus, OVER_HEADER};
-use super::front::{Front, Transport};
+use super::front::{Front, Outcome, Transport};
 use super::health::Health;
 use super::json;
 use crate::config::reload::SharedStatus;
@@ -85,9 +85,11 @@ async fn json_handler(
         }
         Err(error) => error_response(error),
     };
-    state
-        .front
-        .observe_request(Transport::Json, started.elapsed());
+    state.front.observe_request(
+        Transport::Json,
+        Outcome::of(decided.as_ref()),
+        started.elapsed(),
+    );
     end_span(span, &decided, &response);
     response
 }
@@ -141,9 +143,11 @@ async fn check_handler(
         }
         Err(error) => error_response(error),
     };
-    state
-        .front
-        .observe_request(Transport::Check, started.elapsed());
+    state.front.observe_request(
+        Transport::Check,
+        Outcome::of(decided.as_ref()),
+        started.elapsed(),
+    );
     end_span(span, &decided, &response);
     response
 }

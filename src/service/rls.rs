@@ -44,7 +44,7 @@ use prost::{DecodeError, Message};
 use tonic::Status;
 
 use super::decision::metadata;
-use super::front::{Front, Transport};
+use super::front::{Front, Outcome, Transport};
 use super::unit_to_proto;
 use super::wire::WireRequest;
 use crate::limiter::{Code, DescriptorStatus, LimitError, Observer, RequestLimits, Response};
@@ -113,8 +113,9 @@ impl GrpcService {
             }
             Err(error) => Err(error),
         };
+        let outcome = Outcome::of(result.as_ref().map(|(response, _)| response));
         self.front
-            .observe_request(Transport::Grpc, started.elapsed());
+            .observe_request(Transport::Grpc, outcome, started.elapsed());
         result
     }
 

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    RedisServer, Slidegate, bench_command, call, descriptor, free_port, metric_value,
+    RedisServer, Slidegate, bench_command, call, descriptor, free_port, metric_sum, metric_value,
     promtool_check_metrics, request, run_ok, slidegate_command, wait_until,
 };
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
@@ -135,6 +135,11 @@ impl Metrics {
     /// alphabetical). Missing series are 0.
     fn get(&self, series: &str) -> f64 {
         metric_value(&self.0, series)
+    }
+
+    /// The sum of a family's series that carry `label`, whatever their other labels.
+    fn sum(&self, family: &str, label: &str) -> f64 {
+        metric_sum(&self.0, family, label)
     }
 }
 
@@ -955,15 +960,34 @@ async fn metrics_match_the_calls_made() {
     assert_eq!(m.get("slidegate_unknown_domain_total"), 1.0);
     assert_eq!(m.get(r#"slidegate_no_rule_total{domain="test"}"#), 1.0);
     assert_eq!(
-        m.get(r#"slidegate_request_duration_seconds_count{transport="grpc"}"#),
+        m.sum(
+            "slidegate_request_duration_seconds_count",
+            r#"transport="grpc""#
+        ),
         7.0
     );
     assert_eq!(
-        m.get(r#"slidegate_request_duration_seconds_count{transport="json"}"#),
+        m.sum(
+            "slidegate_request_duration_seconds_count",
+            r#"transport="json""#
+        ),
         1.0
     );
+    // By code: the fourth call on `user` was denied; nothing was malformed, the store never failed.
+    let by_code = |code: &str| {
+        m.sum(
+            "slidegate_request_duration_seconds_count",
+            &format!("code=\"{code}\""),
+        )
+    };
+    assert_eq!(by_code("OVER_LIMIT"), 1.0);
+    assert_eq!(by_code("OK"), 9.0);
+    assert_eq!(by_code("INVALID_ARGUMENT") + by_code("UNAVAILABLE"), 0.0);
     assert_eq!(
-        m.get(r#"slidegate_request_duration_seconds_count{transport="check"}"#),
+        m.sum(
+            "slidegate_request_duration_seconds_count",
+            r#"transport="check""#
+        ),
         2.0
     );
     // Store calls: 4 (user) + 1 (window) + 2 (shadow); none for unknown, no-rule and unlimited.
@@ -1517,9 +1541,10 @@ async fn restart(server: Server) -> Slidegate {
 fn grpc_calls_served(server: &Slidegate) -> f64 {
     let (status, text) = server.get("/metrics");
     assert_eq!(status, 200, "GET /metrics: {text}");
-    metric_value(
+    metric_sum(
         &text,
-        "slidegate_request_duration_seconds_count{transport=\"grpc\"}",
+        "slidegate_request_duration_seconds_count",
+        "transport=\"grpc\"",
     )
 }
 
