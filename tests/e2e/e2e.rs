@@ -695,6 +695,15 @@ fn prometheus_scrapes_decisions() {
                 "127.0.0.1:6070",
                 format!("127.0.0.1:{}", slidegate.admin_port),
             ),
+            // The alert rules, relative to examples/: Prometheus loads them too.
+            (
+                "../deploy/prometheus/slidegate-alerts.yml",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/deploy/prometheus/slidegate-alerts.yml"
+                )
+                .to_string(),
+            ),
         ],
     );
     let config_path = dir.join("prometheus.yml");

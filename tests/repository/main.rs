@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod alerts;
 mod compat;
 mod compat_env;
 mod config;
