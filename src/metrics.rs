@@ -5,7 +5,7 @@
 //! | `slidegate_decisions_total` | counter | `domain`, `rule`, `decision` | descriptor decisions: `allowed`, `denied`, or `shadow_denied` (over limit, passed by shadow mode) |
 //! | `slidegate_hits_total` | counter | `domain`, `rule`, `decision` | hits (the `hits_addend` of each decision) by decision |
 //! | `slidegate_near_limit_total` | counter | `domain`, `rule` | allowed decisions that left 80 % or more of the limit used |
-//! | `slidegate_unknown_domain_total` | counter | | requests for a domain with no rules (answered OK) |
+//! | `slidegate_unknown_domain_total` | counter | `domain` (the first 16 distinct, cut to a bounded length; the rest `overflow`) | requests for a domain with no rules (answered OK) |
 //! | `slidegate_no_rule_total` | counter | `domain` | descriptors of a known domain that matched no rule (answered OK) |
 //! | `slidegate_request_duration_seconds` | histogram | `transport` (`grpc`, `json`, `check`), `code` (`OK`, `OVER_LIMIT`, `INVALID_ARGUMENT`: malformed or over the request limits, HTTP 400; `UNAVAILABLE`: the store failed under `--failure-mode error`, HTTP 503) | time to answer one request, by how it was answered |
 //! | `slidegate_store_duration_seconds` | histogram | | time of one store decision (one round trip) |

@@ -79,7 +79,9 @@ pub struct DecisionMetrics {
     decisions: IntCounterVec,
     hits: IntCounterVec,
     near_limit: IntCounterVec,
-    unknown_domain: IntCounter,
+    unknown_domain: IntCounterVec,
+    /// The unknown domains with a series of their own, at most [`MAX_UNKNOWN_DOMAINS`].
+    unknown_domains: RwLock<HashMap<String, IntCounter>>,
     no_rule: IntCounterVec,
     store_duration: Histogram,
     store_errors: IntCounterVec,
@@ -89,6 +91,9 @@ pub struct DecisionMetrics {
     /// envoyproxy/ratelimit's per-rule stats, when its Prometheus listener is on.
     envoy: Option<Arc<EnvoyStats>>,
 }
+
+/// Unknown domains counted under their own name; the rest share `domain="overflow"`.
+pub const MAX_UNKNOWN_DOMAINS: usize = 16;
 
 impl std::fmt::Debug for DecisionMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -154,10 +159,13 @@ impl DecisionMetrics {
             "Requests answered by the failure mode after a store error.",
             &["mode"],
         )?;
-        let unknown_domain = metrics.counter(
+        let unknown_domain = metrics.counter_vec(
             "slidegate_unknown_domain_total",
-            "Requests for a domain that has no rules.",
+            "Requests for a domain that has no rules, by domain (the first 16 named; the rest \
+             counted under domain=\"overflow\").",
+            &["domain"],
         )?;
+        unknown_domain.with_label_values(&[OVERFLOW_RULE]);
         let store_duration = metrics.latency(
             "slidegate_store_duration_seconds",
             "Time of one store decision (one round trip for Redis).",
@@ -178,6 +186,7 @@ impl DecisionMetrics {
             hits,
             near_limit,
             unknown_domain,
+            unknown_domains: RwLock::new(HashMap::new()),
             no_rule,
             store_duration,
             store_errors,
@@ -283,9 +292,26 @@ impl DecisionMetrics {
         *old_configured = configured;
     }
 
-    /// A request for an unconfigured domain.
-    pub fn unknown_domain(&self) {
-        self.unknown_domain.inc();
+    /// A request for an unconfigured domain. Clients choose domains, so only the first
+    /// [`MAX_UNKNOWN_DOMAINS`] get a series (each name cut to a bounded label); the rest are
+    /// counted under `domain="overflow"`.
+    pub fn unknown_domain(&self, domain: &str) {
+        let domain = bounded_label(domain);
+        if let Some(counter) = self.unknown_domains.read().get(domain.as_ref()) {
+            counter.inc();
+            return;
+        }
+        let mut named = self.unknown_domains.write();
+        if named.len() >= MAX_UNKNOWN_DOMAINS {
+            self.unknown_domain
+                .with_label_values(&[OVERFLOW_RULE])
+                .inc();
+            return;
+        }
+        named
+            .entry(domain.into_owned())
+            .or_insert_with_key(|d| self.unknown_domain.with_label_values(&[d.as_str()]))
+            .inc();
     }
 
     /// A descriptor of a configured domain that matched no rule.

@@ -172,7 +172,7 @@ impl RateLimiter {
         let rules = self.rules.load_full();
         let rules: &RuleSet = &rules;
         let Some(domain) = rules.domain(request.domain) else {
-            self.metrics.unknown_domain();
+            self.metrics.unknown_domain(request.domain);
             return Ok(Response {
                 overall: Code::Ok,
                 statuses: vec![NO_LIMIT; request.descriptors.len()],

@@ -240,7 +240,28 @@ async fn descriptor_statuses_for_no_rule_unlimited_and_unknown_domain() {
     assert_eq!(r.overall, Code::Ok);
     assert_eq!(r.statuses, vec![NO_LIMIT]);
     let text = f.metrics.render();
-    assert!(text.contains("slidegate_unknown_domain_total 1"), "{text}");
+    assert!(
+        text.contains("slidegate_unknown_domain_total{domain=\"nope\"} 1"),
+        "{text}"
+    );
+    // Clients choose domains: 16 get a series of their own, the rest share one.
+    for i in 0..20 {
+        let other = Request {
+            domain: &format!("d{i}"),
+            ..request(vec![desc(&[("user", "bob")])])
+        };
+        call(&f, &other).await;
+    }
+    let text = f.metrics.render();
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("slidegate_unknown_domain_total{"))
+        .count();
+    assert_eq!(series, 17, "{text}");
+    assert!(
+        text.contains("slidegate_unknown_domain_total{domain=\"overflow\"} 5"),
+        "{text}"
+    );
     assert!(
         text.contains("slidegate_no_rule_total{domain=\"api\"} 1"),
         "{text}"

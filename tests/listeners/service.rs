@@ -957,7 +957,10 @@ async fn metrics_match_the_calls_made() {
         m.get(r#"slidegate_near_limit_total{domain="test",rule="window"}"#),
         0.0
     );
-    assert_eq!(m.get("slidegate_unknown_domain_total"), 1.0);
+    assert_eq!(
+        m.get(r#"slidegate_unknown_domain_total{domain="unknown"}"#),
+        1.0
+    );
     assert_eq!(m.get(r#"slidegate_no_rule_total{domain="test"}"#), 1.0);
     assert_eq!(
         m.sum(
