@@ -29,8 +29,8 @@ pub struct ListenSettings {
     #[arg(long, env = "SLIDEGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: Address,
     /// Address of the operator listener (plaintext unless --tls-listeners names `admin`):
-    /// /metrics, /rlconfig, /healthcheck, POST /explain, GET /limited, DELETE /counters and the
-    /// operator page (GET /). The data ports never serve the rules or the metrics,
+    /// /metrics, /rlconfig, /healthcheck, POST /explain, GET /limited, DELETE /counters,
+    /// /status.json and the operator page (GET /). The data ports never serve the rules or the metrics,
     /// and the default binds only the loopback interface; give Prometheus a reachable address
     /// (e.g. 0.0.0.0:6070 in a pod) where it scrapes. HOST:PORT or unix:/path.
     #[arg(long, env = "SLIDEGATE_ADMIN_ADDR", default_value = "127.0.0.1:6070")]
