@@ -305,18 +305,36 @@ fn counter_value(families: &[MetricFamily], name: &str, label: (&str, &str)) -> 
         .sum()
 }
 
-/// The gRPC transport's request-duration histogram.
+/// The gRPC transport's request-duration histogram: its series of every `code`, merged (they
+/// share their buckets).
 fn grpc_requests(families: &[MetricFamily]) -> Option<prometheus::proto::Histogram> {
-    families
+    let mut merged: Option<prometheus::proto::Histogram> = None;
+    let grpc = families
         .iter()
         .filter(|f| f.name() == "slidegate_request_duration_seconds")
         .flat_map(|f| f.get_metric())
-        .find(|m| {
+        .filter(|m| {
             m.get_label()
                 .iter()
                 .any(|l| l.name() == "transport" && l.value() == "grpc")
-        })
-        .map(|m| m.get_histogram().clone())
+        });
+    for metric in grpc {
+        let histogram = metric.get_histogram();
+        match &mut merged {
+            None => merged = Some(histogram.clone()),
+            Some(total) => {
+                total.set_sample_count(total.get_sample_count() + histogram.get_sample_count());
+                total.set_sample_sum(total.get_sample_sum() + histogram.get_sample_sum());
+                let mut buckets = total.get_bucket().to_vec();
+                for (bucket, more) in buckets.iter_mut().zip(histogram.get_bucket()) {
+                    bucket
+                        .set_cumulative_count(bucket.cumulative_count() + more.cumulative_count());
+                }
+                total.set_bucket(buckets);
+            }
+        }
+    }
+    merged
 }
 
 #[cfg(test)]
