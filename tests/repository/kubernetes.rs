@@ -196,6 +196,35 @@ fn manifests_build_validate_and_match_what_the_binary_serves() {
         spec_selector(find(&base, "PodDisruptionBudget", "slidegate")),
         labels
     );
+    // Scaled on CPU, and reachable only where it should be: the data ports from anywhere, the
+    // operator listener from Prometheus's namespace.
+    let hpa = &find(&base, "HorizontalPodAutoscaler", "slidegate")["spec"];
+    assert_eq!(hpa["scaleTargetRef"]["name"].as_str(), Some("slidegate"));
+    assert!(hpa["minReplicas"].as_u64() >= Some(2));
+    let policy = &find(&base, "NetworkPolicy", "slidegate")["spec"];
+    assert_eq!(&policy["podSelector"]["matchLabels"], labels);
+    let admitted: Vec<(String, bool)> = policy["ingress"]
+        .as_sequence()
+        .expect("ingress rules")
+        .iter()
+        .flat_map(|rule| {
+            let from_anywhere = rule["from"][0]["namespaceSelector"]
+                .as_mapping()
+                .is_some_and(|m| m.is_empty());
+            rule["ports"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .map(move |p| (p["port"].as_str().unwrap_or("").to_owned(), from_anywhere))
+        })
+        .collect();
+    for (port, anywhere) in [("http", true), ("grpc", true), ("admin", false)] {
+        port_of(port);
+        assert!(
+            admitted.contains(&(port.to_owned(), anywhere)),
+            "{port}: {admitted:?}"
+        );
+    }
     assert_eq!(spec_selector(deployment), labels);
 
     // The overlay's variables are flags of the binary.
