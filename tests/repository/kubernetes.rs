@@ -227,8 +227,26 @@ fn manifests_build_validate_and_match_what_the_binary_serves() {
     }
     assert_eq!(spec_selector(deployment), labels);
 
-    // The overlay's variables are flags of the binary.
+    // The overlay's Redis: a password from its Secret, a memory ceiling below its limit with
+    // noeviction (slidegate's `oom`, not an OOM kill or evicted counters), a PDB.
     let overlay = documents(&overlay);
+    let redis = &find(&overlay, "Deployment", "redis")["spec"]["template"]["spec"]["containers"][0];
+    let command = strings(&redis["args"]).join(" ");
+    for part in [
+        "--requirepass",
+        "--maxmemory 768mb",
+        "--maxmemory-policy noeviction",
+    ] {
+        assert!(command.contains(part), "{part} is not in {command}");
+    }
+    assert_eq!(
+        redis["resources"]["limits"]["memory"].as_str(),
+        Some("1Gi"),
+        "maxmemory must stay below the limit"
+    );
+    find(&overlay, "Secret", "redis-auth");
+    find(&overlay, "PodDisruptionBudget", "redis");
+    // The overlay's variables are flags of the binary.
     let overlay_env = &find(&overlay, "Deployment", "slidegate")["spec"]["template"]["spec"]["containers"]
         [0]["env"];
     let help = String::from_utf8_lossy(
