@@ -143,6 +143,11 @@ fn manifests_build_validate_and_match_what_the_binary_serves() {
     let labels = &pod["metadata"]["labels"];
     let container = &pod["spec"]["containers"][0];
 
+    // The image is pinned to this release, never `latest`.
+    assert_eq!(
+        container["image"].as_str(),
+        Some(concat!("slidegate:", env!("CARGO_PKG_VERSION"))),
+    );
     // Non-root, read-only root file system, nothing to escalate to.
     assert_eq!(
         pod["spec"]["securityContext"]["runAsNonRoot"].as_bool(),
