@@ -23,6 +23,7 @@ use serde_yaml::Value;
 
 const BASE: &str = "deploy/kubernetes/base";
 const REDIS_OVERLAY: &str = "deploy/kubernetes/overlays/redis";
+const OPERATOR_OVERLAY: &str = "deploy/kubernetes/overlays/prometheus-operator";
 const ISTIO: &str = "examples/istio";
 
 fn kubernetes_validate() -> Option<PathBuf> {
@@ -70,17 +71,52 @@ fn validate(validator: &Path, dir: &str, manifests: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(output.status.success(), "{dir}:\n{report}");
-    // Istio's kinds have no schema there (a warning); every Kubernetes kind must pass.
+    // Istio's and the Prometheus Operator's kinds have no schema there (a warning); every
+    // Kubernetes kind must pass.
     let kubernetes = documents(manifests)
         .iter()
         .filter(|d| {
             !d["apiVersion"]
                 .as_str()
-                .is_some_and(|v| v.contains("istio.io"))
+                .is_some_and(|v| v.contains("istio.io") || v.contains("monitoring.coreos.com"))
         })
         .count();
     let passed = report.matches("passed for resource").count();
     assert_eq!(passed, kubernetes, "{dir}:\n{report}");
+}
+
+/// The Prometheus Operator overlay: the base, a PodMonitor on the operator port, and a
+/// PrometheusRule whose groups are exactly those of deploy/prometheus/slidegate-alerts.yml.
+#[test]
+fn the_prometheus_operator_overlay_scrapes_the_operator_port_and_ships_the_alerts() {
+    let Some(kubectl) = require_program("kubectl") else {
+        return;
+    };
+    let Some(validator) = kubernetes_validate() else {
+        return;
+    };
+    let built = kustomize(&kubectl, OPERATOR_OVERLAY);
+    validate(&validator, OPERATOR_OVERLAY, &built);
+    let built = documents(&built);
+    let monitor = &find(&built, "PodMonitor", "slidegate")["spec"];
+    assert_eq!(
+        monitor["podMetricsEndpoints"][0]["port"].as_str(),
+        Some("admin")
+    );
+    let labels = &find(&built, "Deployment", "slidegate")["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(&monitor["selector"]["matchLabels"], labels);
+    let rules: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/slidegate-alerts.yml"),
+        )
+        .expect("alert rules"),
+    )
+    .expect("YAML");
+    assert_eq!(
+        find(&built, "PrometheusRule", "slidegate")["spec"]["groups"],
+        rules["groups"],
+        "the PrometheusRule differs from deploy/prometheus/slidegate-alerts.yml"
+    );
 }
 
 fn documents(manifests: &str) -> Vec<Value> {
