@@ -5,6 +5,24 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use crate::metrics::Metrics;
 
+/// Every `reason` of `slidegate_tls_handshake_failures_total` (the `tls` module's handshake
+/// failures): each series exists from start, at zero, so an alert on its rate has something to
+/// read.
+pub const HANDSHAKE_FAILURES: [&str; 12] = [
+    "handshake_timeout",
+    "aborted",
+    "no_client_certificate",
+    "san_not_allowed",
+    "unknown_issuer",
+    "client_certificate_not_valid_now",
+    "bad_client_certificate",
+    "no_application_protocol",
+    "alert_received",
+    "not_tls",
+    "incompatible",
+    "other",
+];
+
 /// The server's metric families, registered once into the process's [`Metrics`].
 #[derive(Clone, Debug)]
 pub struct ServerMetrics {
@@ -63,7 +81,7 @@ impl ServerMetrics {
             for reason in ["max_connections", "max_connections_per_peer"] {
                 connections_refused.with_label_values(&[listener, reason]);
             }
-            for reason in super::tls::HANDSHAKE_FAILURES {
+            for reason in HANDSHAKE_FAILURES {
                 tls_handshake_failures.with_label_values(&[listener, reason]);
             }
         }

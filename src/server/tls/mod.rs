@@ -151,23 +151,6 @@ impl Failure {
     }
 }
 
-/// Every `reason` of `slidegate_tls_handshake_failures_total`: each series exists from start, at
-/// zero, so an alert on its rate has something to read.
-pub const HANDSHAKE_FAILURES: [&str; 12] = [
-    "handshake_timeout",
-    "aborted",
-    "no_client_certificate",
-    "san_not_allowed",
-    "unknown_issuer",
-    "client_certificate_not_valid_now",
-    "bad_client_certificate",
-    "no_application_protocol",
-    "alert_received",
-    "not_tls",
-    "incompatible",
-    "other",
-];
-
 /// The `reason` label of a rustls handshake error.
 fn reason(error: &rustls::Error) -> &'static str {
     use rustls::Error;
@@ -219,5 +202,35 @@ pub async fn secure(
             tls.accept(io, peer, listener, timeout).await
         }
         _ => Some(Stream::Plain(io)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls::{AlertDescription, CertificateError, Error, PeerIncompatible};
+
+    use super::reason;
+    use crate::server::metrics::HANDSHAKE_FAILURES;
+
+    #[test]
+    fn every_reason_has_a_series_from_start() {
+        let errors = [
+            Error::NoCertificatesPresented,
+            Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure),
+            Error::InvalidCertificate(CertificateError::UnknownIssuer),
+            Error::InvalidCertificate(CertificateError::Expired),
+            Error::InvalidCertificate(CertificateError::BadEncoding),
+            Error::NoApplicationProtocol,
+            Error::AlertReceived(AlertDescription::HandshakeFailure),
+            Error::PeerIncompatible(PeerIncompatible::Tls12NotOffered),
+            Error::General("x".into()),
+        ];
+        for error in errors {
+            let reason = reason(&error);
+            assert!(HANDSHAKE_FAILURES.contains(&reason), "{reason}");
+        }
+        for fixed in ["handshake_timeout", "aborted", "not_tls"] {
+            assert!(HANDSHAKE_FAILURES.contains(&fixed), "{fixed}");
+        }
     }
 }
