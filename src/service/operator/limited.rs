@@ -82,8 +82,8 @@ impl Row {
             entries,
             denied: key.denied,
             overstated: key.overstated,
-            first_deny: unix_millis(key.first),
-            last_deny: unix_millis(key.last),
+            first_deny: super::unix_millis(key.first),
+            last_deny: super::unix_millis(key.last),
             replicas: 1,
         }
     }
@@ -232,11 +232,6 @@ fn cut(mut text: String) -> String {
         text.truncate(at);
     }
     text
-}
-
-fn unix_millis(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn rfc3339(millis: u64) -> String {

@@ -154,23 +154,7 @@ async fn rlconfig(State(state): State<AppState>) -> Response {
     );
     let _ = writeln!(out, "# stale: {}", status.is_stale());
     for rule in rules.rules() {
-        let limits = if rule.unlimited {
-            "unlimited".to_string()
-        } else {
-            rule.limits
-                .iter()
-                .map(|l| {
-                    let window = humantime::format_duration(l.window());
-                    match &l.name {
-                        Some(name) if rule.limits.len() > 1 => {
-                            format!("{l} (window {window}, {}, name={name})", l.precision)
-                        }
-                        _ => format!("{l} (window {window}, {})", l.precision),
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let limits = limits_text(rule);
         let _ = write!(out, "{} {}: {limits}", rule.domain, rule.path);
         // With several limits, each limit's name is shown with it.
         if let Some(name) = rule.name.as_ref().filter(|_| rule.limits.len() <= 1) {
@@ -192,6 +176,34 @@ async fn rlconfig(State(state): State<AppState>) -> Response {
         let _ = writeln!(out, "; source={}", rule.source);
     }
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], out).into_response()
+}
+
+/// A rule's limits as `/rlconfig` and the page show them: `unlimited`, or each limit with its
+/// window and representation (and its name, when the rule has several).
+fn limits_text(rule: &crate::config::Rule) -> String {
+    if rule.unlimited {
+        return "unlimited".to_owned();
+    }
+    let limits: Vec<String> = rule
+        .limits
+        .iter()
+        .map(|l| {
+            let window = humantime::format_duration(l.window());
+            match &l.name {
+                Some(name) if rule.limits.len() > 1 => {
+                    format!("{l} (window {window}, {}, name={name})", l.precision)
+                }
+                _ => format!("{l} (window {window}, {})", l.precision),
+            }
+        })
+        .collect();
+    limits.join(", ")
+}
+
+/// Unix milliseconds, for what the operator endpoints show and post.
+fn unix_millis(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

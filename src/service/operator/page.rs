@@ -26,24 +26,7 @@ pub(super) fn index(state: &AppState) -> Response {
     let rules = state.front.limiter().rules().load();
     let mut rows = String::new();
     for rule in rules.rules() {
-        let limits = if rule.unlimited {
-            "unlimited".to_owned()
-        } else {
-            let limits: Vec<String> = rule
-                .limits
-                .iter()
-                .map(|l| {
-                    let window = humantime::format_duration(l.window());
-                    match &l.name {
-                        Some(name) if rule.limits.len() > 1 => {
-                            format!("{l} (window {window}, {}, {name})", l.precision)
-                        }
-                        _ => format!("{l} (window {window}, {})", l.precision),
-                    }
-                })
-                .collect();
-            limits.join("; ")
-        };
+        let limits = super::limits_text(rule);
         let mut flags = String::new();
         for (set, flag) in [
             (rule.shadow_mode, "shadow"),

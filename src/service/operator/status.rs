@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use prometheus::proto::MetricFamily;
@@ -114,7 +114,7 @@ impl History {
             .collect();
         decisions.sort();
         self.samples.push_back(Sample {
-            at: unix_millis(at),
+            at: super::unix_millis(at),
             decisions,
             store_calls: now.store_calls.saturating_sub(before.store_calls),
             store_seconds: (now.store_seconds - before.store_seconds).max(0.0),
@@ -228,9 +228,4 @@ pub(super) fn handler(
         "resetEnabled": reset_enabled,
         "hideValues": hide_values,
     })
-}
-
-fn unix_millis(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
