@@ -402,6 +402,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
             },
             requests.max_body_bytes,
         ),
+        name_callers: settings.logging.log_decisions != LogDecisions::Off,
     };
     let mut limits = server.limits();
     limits.http_max_body_bytes = requests.max_body_bytes;

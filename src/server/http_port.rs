@@ -25,7 +25,7 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::service::operator::Caller;
+use crate::service::Caller;
 
 use super::flood::Metered;
 use super::grpc_port::MAX_CONCURRENT_CALLS;
@@ -41,7 +41,7 @@ pub async fn serve(
     mut handoffs: mpsc::UnboundedReceiver<Handoff>,
     app: Router,
     (limits, budget): (&ServerLimits, Option<HttpBudget>),
-    (tls, listener): (Option<Arc<Tls>>, Listener),
+    (tls, listener, name_callers): (Option<Arc<Tls>>, Listener, bool),
     stop: watch::Receiver<bool>,
     drain_over: watch::Receiver<bool>,
 ) {
@@ -68,7 +68,7 @@ pub async fn serve(
                         handshake_timeout,
                         idle_timeout,
                         budget: budget.as_ref().map(HttpBudget::for_connection),
-                        caller: (listener == Listener::Admin).then_some(peer),
+                        caller: name_callers.then_some(peer),
                         stop: stop.clone(),
                         drain_over: drain_over.clone(),
                     };
@@ -100,8 +100,8 @@ struct Connection {
     idle_timeout: Duration,
     /// This connection's share of the HTTP port's buffer budget (none on the operator listener).
     budget: Option<ConnectionShare>,
-    /// On the operator listener, who is calling: its requests carry it ([`Caller`]) for the logs
-    /// of what changes state.
+    /// Who is calling, when this listener names callers: its requests carry it ([`Caller`]) for
+    /// the logs of what changes state and the decision log.
     caller: Option<Peer>,
     stop: watch::Receiver<bool>,
     drain_over: watch::Receiver<bool>,
@@ -130,7 +130,7 @@ impl Connection {
             None => self.app,
         };
         let app = match self.caller {
-            Some(peer) => app.layer(axum::Extension(Caller(peer.to_string()))),
+            Some(peer) => app.layer(axum::Extension(Caller::new(peer))),
             None => app,
         };
         let app = {

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod socket;
 pub mod tls;
 
+use crate::service::Caller;
 use crate::throttle::Throttle;
 use flood::Metered;
 use grpc_port::{GrpcApp, Serving};
@@ -53,6 +54,10 @@ pub struct Apps {
     pub grpc: GrpcApp,
     pub http: axum::Router,
     pub admin: axum::Router,
+    /// Whether the data ports name each request's caller ([`crate::service::Caller`]) for the
+    /// decision log: once per connection, only when a line may use it. The operator listener
+    /// always does.
+    pub name_callers: bool,
 }
 
 /// The bound listeners: gRPC, HTTP and the operator listener.
@@ -277,6 +282,7 @@ impl Worker {
         });
         let serving = Serving {
             limits: Arc::clone(&self.limits),
+            name_callers: self.apps.name_callers,
             buffered: self.buffered,
             stop: self.stop.clone(),
             drain_over: drain_over.clone(),
@@ -286,7 +292,7 @@ impl Worker {
             self.http,
             self.apps.http,
             (&self.limits, Some(self.http_budget)),
-            (self.tls.clone(), Listener::Http),
+            (self.tls.clone(), Listener::Http, self.apps.name_callers),
             self.stop.clone(),
             drain_over.clone(),
         );
@@ -297,7 +303,7 @@ impl Worker {
             self.admin,
             self.apps.admin,
             (&self.limits, None),
-            (self.tls, Listener::Admin),
+            (self.tls, Listener::Admin, true),
             self.stop,
             drain_over,
         );
@@ -333,7 +339,8 @@ async fn serve_grpc(
                         let preface_by = tokio::time::Instant::now() + timeout;
                         let secured = tls::secure(tls.as_deref(), io, peer, Listener::Grpc, timeout);
                         if let Some(io) = secured.await {
-                            let served = grpc_port::serve_connection(Metered::new(io), app, serving, preface_by);
+                            let caller = serving.name_callers.then(|| Caller::new(peer));
+                            let served = grpc_port::serve_connection(Metered::new(io), app, serving, preface_by, caller);
                             if let Err(error) = served.await {
                                 tracing::debug!(%error, "gRPC connection ended");
                             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use prometheus::{Histogram, IntCounter};
 
+use super::Caller;
 use super::decision::log::DecisionLog;
 use crate::limiter::{Code, LimitError, RateLimiter, Request, Response};
 use crate::metrics::Metrics;
@@ -161,8 +162,15 @@ impl Front {
 
     /// A decision, for the decision log (`--log-decisions`).
     #[inline]
-    pub fn decided(&self, transport: Transport, request: &Request<'_>, response: &Response) {
-        self.log.decided(transport.as_str(), request, response);
+    pub fn decided(
+        &self,
+        transport: Transport,
+        caller: Option<&Caller>,
+        request: &Request<'_>,
+        response: &Response,
+    ) {
+        self.log
+            .decided(transport.as_str(), caller, request, response);
     }
 
     /// Entries of one request that were escaped (see [`crate::limiter::entry_text`]).

@@ -14,14 +14,15 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use axum::{Extension, Router};
 
+use super::Caller;
 use super::check::{self, DenyStatus, OVER_HEADER};
 use super::front::{Front, Outcome, Transport};
 use super::health::Health;
@@ -59,6 +60,7 @@ fn data_routes() -> Router<AppState> {
 async fn json_handler(
     State(state): State<AppState>,
     Traced(mut span): Traced,
+    caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
@@ -68,7 +70,10 @@ async fn json_handler(
             let request = request.as_request();
             let decided = super::decide(state.front.limiter(), &request, &mut span).await;
             if let Ok(response) = &decided {
-                state.front.decided(Transport::Json, &request, response);
+                let caller = caller.as_ref().map(|Extension(caller)| caller);
+                state
+                    .front
+                    .decided(Transport::Json, caller, &request, response);
             }
             decided
         }
@@ -97,6 +102,7 @@ async fn json_handler(
 async fn check_handler(
     State(state): State<AppState>,
     Traced(mut span): Traced,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
@@ -113,7 +119,10 @@ async fn check_handler(
                 let request = check.request.as_request();
                 let decided = super::decide(state.front.limiter(), &request, &mut span).await;
                 if let Ok(response) = &decided {
-                    state.front.decided(Transport::Check, &request, response);
+                    let caller = caller.as_ref().map(|Extension(caller)| caller);
+                    state
+                        .front
+                        .decided(Transport::Check, caller, &request, response);
                 }
                 decided
             },

@@ -12,12 +12,15 @@
 //! - [`side`]: gRPC health and reflection, beside RateLimitService.
 //! - [`health`]: the serving state shared by both.
 //! - [`front`]: the limiter, traces and metrics every transport shares.
+//! - [`caller`]: who called, for the lines that say what a request did.
 //! - [`decision`]: what a decision shows to traces and to the answer's dynamic metadata.
 
 use crate::config::Unit;
 use crate::limiter::{Descriptor, LimitError, LimitOverride, RateLimiter, Request, Response};
 use crate::telemetry::DecisionSpan;
+pub use caller::Caller;
 
+pub mod caller;
 pub mod check;
 pub mod decision;
 pub mod front;

@@ -43,6 +43,7 @@ use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_f
 use prost::{DecodeError, Message};
 use tonic::Status;
 
+use super::Caller;
 use super::decision::metadata;
 use super::front::{Front, Outcome, Transport};
 use super::unit_to_proto;
@@ -69,9 +70,14 @@ impl GrpcService {
         GrpcService { front }
     }
 
-    /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call.
-    pub async fn should_rate_limit(&self, message: RequestBytes) -> Result<Answer, Status> {
-        answer(self.decide(message, &mut ()).await)
+    /// `ShouldRateLimit`: decode within the limits, decide, encode, and count the call; the
+    /// decision log names `caller` when the server named it.
+    pub async fn should_rate_limit(
+        &self,
+        message: RequestBytes,
+        caller: Option<&Caller>,
+    ) -> Result<Answer, Status> {
+        answer(self.decide(message, &mut (), caller).await)
     }
 
     /// [`GrpcService::should_rate_limit`] for a sampled call with traces on (see
@@ -80,8 +86,9 @@ impl GrpcService {
         &self,
         message: RequestBytes,
         mut span: DecisionSpan,
+        caller: Option<&Caller>,
     ) -> Result<Answer, Status> {
-        let result = self.decide(message, &mut span).await;
+        let result = self.decide(message, &mut span, caller).await;
         end_span(span, result.as_ref().map(|(response, _)| response));
         answer(result)
     }
@@ -92,6 +99,7 @@ impl GrpcService {
         &self,
         message: RequestBytes,
         observer: &mut O,
+        caller: Option<&Caller>,
     ) -> Result<(Response, Option<Vec<u8>>), LimitError> {
         let started = Instant::now();
         let result = match decode(&message.0, &self.front.limiter().options().limits) {
@@ -104,7 +112,8 @@ impl GrpcService {
                     .limiter()
                     .should_rate_limit_observed(&request, observer);
                 decided.await.map(|response| {
-                    self.front.decided(Transport::Grpc, &request, &response);
+                    self.front
+                        .decided(Transport::Grpc, caller, &request, &response);
                     let metadata = (self.front.limiter().options())
                         .response_metadata
                         .then(|| metadata::encode(&request, &response));

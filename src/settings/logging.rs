@@ -26,7 +26,8 @@ pub struct LogSettings {
     /// else info].
     #[arg(long, env = "SLIDEGATE_LOG_LEVEL")]
     pub log_level: Option<String>,
-    /// One log line per decision: `off`, `denied` (requests answered OVER_LIMIT) or `all`; at
+    /// One log line per decision (transport, caller, domain, each descriptor's rule, limit,
+    /// remaining and code): `off`, `denied` (requests answered OVER_LIMIT) or `all`; at
     /// most 100 lines a second (the rest counted in slidegate_decision_log_dropped_total), at
     /// info level under the target `slidegate::decisions` whatever --log-level says. Values are
     /// cut to 64 characters, and hidden under --operator-hide-values.

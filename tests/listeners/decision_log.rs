@@ -1,10 +1,10 @@
 //! `--log-decisions`, through the binary: a line per denied request (`denied`) or per decision
-//! (`all`) whatever `--log-level` says, none when off, values hidden when told, and at most 100
+//! (`all`) whatever `--log-level` says, naming the transport and the caller, none when off, values hidden when told, and at most 100
 //! lines a second with the rest counted.
 
 use std::time::Instant;
 
-use crate::support::Slidegate;
+use crate::support::{Slidegate, call, descriptor};
 
 const RULES: &str = "domain: lg
 descriptors:
@@ -60,6 +60,7 @@ async fn denied_decisions_are_logged_with_their_rule_even_at_warn() {
     let line = &lines[0];
     for part in [
         "transport=\"json\"",
+        "caller=\"127.0.0.1:",
         "domain=\"lg\"",
         "code=\"OVER_LIMIT\"",
         "[user=mallory] rule=per_user limit=2/1m remaining=0 OVER_LIMIT",
@@ -72,8 +73,15 @@ async fn denied_decisions_are_logged_with_their_rule_even_at_warn() {
         &["--log-decisions", "all", "--operator-hide-values"],
     );
     all.post_json(&body("ann")).await;
-    let lines = wait_for_lines(&all, 1).await;
-    assert_eq!(lines.len(), 1, "{lines:?}");
+    let mut client = all.client().await;
+    let request = crate::support::request("lg", vec![descriptor(&[("user", "bob")])]);
+    call(&mut client, request).await;
+    let lines = wait_for_lines(&all, 2).await;
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    // The gRPC line names the caller by the address of the client's connection.
+    let grpc = &lines[1];
+    assert!(grpc.contains("transport=\"grpc\""), "{grpc}");
+    assert!(grpc.contains("caller=\"127.0.0.1:"), "{grpc}");
     assert!(
         lines[0].contains("[user=(hidden)] rule=per_user limit=2/1m remaining=1 OK"),
         "{}",

@@ -24,6 +24,7 @@ use super::{
     CONNECTION_BUDGET, Call, CallLimits, GrpcApp, MAX_CONCURRENT_CALLS, MAX_QUEUED_REPLY, Serving,
 };
 use crate::server::budget::ConnectionBudget;
+use crate::service::Caller;
 
 /// The times a connection is held to.
 #[derive(Clone, Copy, Debug)]
@@ -43,6 +44,7 @@ pub async fn serve_connection<IO>(
     app: GrpcApp,
     serving: Serving,
     preface_by: tokio::time::Instant,
+    caller: Option<Caller>,
 ) -> Result<(), h2::Error>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
@@ -59,7 +61,7 @@ where
         max_age: serving.limits.grpc_max_connection_age,
         max_age_grace: serving.limits.grpc_max_connection_age_grace,
     };
-    let start = |request, respond| app.call(request, respond, &limits);
+    let start = |request, respond| app.call(request, respond, &limits, caller.as_ref());
     serve_calls(io, start, serving.stop, timing).await
 }
 

@@ -43,6 +43,7 @@ use tonic::service::Routes;
 
 use super::budget::ConnectionBudget;
 use super::limits::ServerLimits;
+use crate::service::Caller;
 use crate::service::rls::{GrpcService, RequestBytes, SHOULD_RATE_LIMIT};
 use bridge::bridge;
 use call::{refuse, unary};
@@ -95,6 +96,7 @@ impl GrpcApp {
         request: http::Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
         limits: &CallLimits,
+        caller: Option<&Caller>,
     ) -> Call {
         if let Some(refusal) = refuse(&request) {
             return Box::pin(async move {
@@ -104,6 +106,7 @@ impl GrpcApp {
         if request.uri().path() == SHOULD_RATE_LIMIT {
             let service = self.rate_limit.clone();
             let span = service.span(request.headers());
+            let caller = caller.cloned();
             Box::pin(unary(
                 request,
                 respond,
@@ -113,9 +116,11 @@ impl GrpcApp {
                     // the store's await) is kilobytes, and each layer of the call (the body
                     // timeout, `grpc-timeout`, the drain) would move it again by value.
                     match span {
-                        None => Box::pin(service.should_rate_limit(message)).await,
+                        None => Box::pin(service.should_rate_limit(message, caller.as_ref())).await,
                         Some(span) => {
-                            Box::pin(service.should_rate_limit_traced(message, span)).await
+                            let traced =
+                                service.should_rate_limit_traced(message, span, caller.as_ref());
+                            Box::pin(traced).await
                         }
                     }
                 },
@@ -137,6 +142,8 @@ pub struct Serving {
     pub limits: Arc<ServerLimits>,
     /// The process-wide budget of buffered request bytes.
     pub buffered: Arc<Semaphore>,
+    /// Whether each connection names its caller for the decision log ([`Caller`]).
+    pub name_callers: bool,
     /// Turns true on SIGTERM: connections send GOAWAY and finish their calls.
     pub stop: watch::Receiver<bool>,
     /// Turns true when the drain timeout is about to end: calls still open answer UNAVAILABLE.

@@ -2,7 +2,8 @@
 //! traces, at most [`MAX_PER_SECOND`] lines a second.
 //!
 //! A line (target `slidegate::decisions`, level info, whatever `--log-level` says of the rest)
-//! holds the transport, the domain, the overall code and each descriptor: its entries (values cut
+//! holds the transport, the caller (the peer of the connection: the proxy's address, or the Unix
+//! socket's pid), the domain, the overall code and each descriptor: its entries (values cut
 //! to [`MAX_VALUE_CHARS`] characters, `(hidden)` under `--operator-hide-values`), the rule or limit
 //! that decided, the limit, what remains and its code. Over the cap, lines are dropped and counted
 //! in `slidegate_decision_log_dropped_total`. Off (the default) it costs one comparison per call.
@@ -16,6 +17,7 @@ use prometheus::IntCounter;
 use super::code_name;
 use crate::limiter::{Code, Request, Response};
 use crate::metrics::Metrics;
+use crate::service::Caller;
 
 /// Which decisions get a line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -82,21 +84,34 @@ impl DecisionLog {
         }
     }
 
-    /// Writes the line of `response` to `request` on `transport` if the mode asks for it.
+    /// Writes the line of `response` to `request` on `transport` from `caller` if the mode asks
+    /// for it.
     #[inline]
-    pub fn decided(&self, transport: &'static str, request: &Request<'_>, response: &Response) {
+    pub fn decided(
+        &self,
+        transport: &'static str,
+        caller: Option<&Caller>,
+        request: &Request<'_>,
+        response: &Response,
+    ) {
         let wanted = match self.mode {
             LogDecisions::Off => false,
             LogDecisions::Denied => response.overall == Code::OverLimit,
             LogDecisions::All => true,
         };
         if wanted {
-            self.write(transport, request, response);
+            self.write(transport, caller, request, response);
         }
     }
 
     #[cold]
-    fn write(&self, transport: &'static str, request: &Request<'_>, response: &Response) {
+    fn write(
+        &self,
+        transport: &'static str,
+        caller: Option<&Caller>,
+        request: &Request<'_>,
+        response: &Response,
+    ) {
         if !self.admit() {
             self.dropped.inc();
             return;
@@ -109,6 +124,7 @@ impl DecisionLog {
         tracing::info!(
             target: TARGET,
             transport,
+            caller = caller.map_or("-", Caller::as_str),
             domain = request.domain,
             code = code_name(response.overall),
             descriptors = %descriptors,

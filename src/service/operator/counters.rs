@@ -19,8 +19,9 @@ use prometheus::IntCounter;
 use serde_json::{Map, Value, json};
 
 use super::explain::{entries_json, human, outcome_name};
-use super::{Caller, OperatorOptions, token};
+use super::{OperatorOptions, token};
 use crate::limiter::LimitError;
+use crate::service::Caller;
 use crate::service::http_routes::{AppState, error_response};
 use crate::service::json;
 
@@ -95,7 +96,9 @@ pub(super) async fn handler(
     if let Some(total) = cleared_total {
         total.inc_by(held_hits);
     }
-    let caller = request.caller.map_or_else(|| "-".to_owned(), |c| c.0);
+    let caller = request
+        .caller
+        .map_or_else(|| "-".to_owned(), |c| c.to_string());
     tracing::info!(
         caller,
         domain = asked.domain,

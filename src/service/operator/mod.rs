@@ -33,6 +33,7 @@ use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
 use parking_lot::Mutex;
 
+use super::Caller;
 use super::http_routes::{AppState, healthcheck};
 use status::History;
 use token::AdminToken;
@@ -50,11 +51,6 @@ pub struct OperatorOptions {
     /// The decisions of the last minutes, for `/status.json` ([`status::spawn_sampler`]).
     pub history: Arc<Mutex<History>>,
 }
-
-/// Who called, on the operator listener: the peer's address (or `unix socket, pid N`). The
-/// server puts it in each request's extensions.
-#[derive(Clone, Debug)]
-pub struct Caller(pub String);
 
 /// The operator listener's routes. `max_body_bytes` bounds the bodies it reads (`/explain`'s and
 /// `/counters`').
