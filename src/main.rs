@@ -26,6 +26,7 @@ use slidegate::service::http_routes::data_router;
 use slidegate::service::operator::token::AdminToken;
 use slidegate::service::operator::{OperatorOptions, admin_router, limited, status};
 use slidegate::service::ratelimit_prometheus::{self, RatelimitPrometheus};
+use slidegate::service::rlqs::QuotaService;
 use slidegate::service::rls::GrpcService;
 use slidegate::service::{health::Health, http_routes::AppState, side};
 use slidegate::settings::{Settings, unreachable_rules};
@@ -330,6 +331,8 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let server_metrics = Arc::new(ServerMetrics::new(&metrics));
 
     let (reporter, side_routes) = side::routes().context("cannot build gRPC reflection")?;
+    let side_routes =
+        side_routes.add_service(QuotaService::new(Arc::clone(&limiter), &metrics).server());
     let health = match source.ready() {
         None => Health::new(reporter).await,
         Some(ready) => Health::gated(reporter, ready).await,

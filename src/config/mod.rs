@@ -59,7 +59,7 @@ mod validate;
 pub use checksum::Checksum;
 pub use error::{ConfigError, ConfigErrors, ConfigWarning};
 pub use load::{Checked, MAX_RULE_FILE_BYTES, check_path, load_path, load_sources};
-pub use tree::{DomainRules, RuleMatch, RuleSet, TraceStep};
+pub use tree::{BucketOrder, DomainRules, MAX_ORDER_VISITS, RuleMatch, RuleSet, TraceStep};
 
 /// The unit of a limit, as in envoyproxy/ratelimit. Month is 30 days, year 365 days.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -219,6 +219,30 @@ impl DomainRules {
         steps
     }
 
+    /// The order of a quota bucket's entries that reaches a rule. An RLQS bucket id is a map
+    /// without order, a descriptor a path down the tree: the one order of the entries (sorted
+    /// by key, as a map has none) that matches a path ending at a limit, as
+    /// [`DomainRules::match_entries`] matches. Several orders can (two key-only levels in either
+    /// order): the first found in key order is taken and the answer says so. The search visits at
+    /// most [`MAX_ORDER_VISITS`] nodes, so a bucket a client shapes cannot make it long.
+    pub fn bucket_order<'a>(&self, entries: &[(&'a str, &'a str)]) -> BucketOrder<'a> {
+        let mut sorted = entries.to_vec();
+        sorted.sort_unstable();
+        let mut search = OrderSearch {
+            path: Vec::with_capacity(sorted.len()),
+            used: vec![false; sorted.len()],
+            found: Vec::new(),
+            visits: 0,
+        };
+        search.descend(&self.root, &sorted);
+        let mut found = search.found.into_iter();
+        match (found.next(), found.next()) {
+            (None, _) => BucketOrder::None,
+            (Some(order), None) => BucketOrder::One(order),
+            (Some(order), Some(_)) => BucketOrder::Several(order),
+        }
+    }
+
     /// Follows `entries` down the tree, calling `visit` for each level, and returns the step of the
     /// last entry. Deterministic, so callers may walk twice instead of allocating a path.
     fn walk<'a>(
@@ -424,6 +448,54 @@ impl Level {
     }
 }
 
+/// What [`DomainRules::bucket_order`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketOrder<'a> {
+    /// No order of the entries reaches a limit.
+    None,
+    /// Exactly one order does.
+    One(Vec<(&'a str, &'a str)>),
+    /// Several do; the first in key order.
+    Several(Vec<(&'a str, &'a str)>),
+}
+
+/// The most nodes [`DomainRules::bucket_order`] visits.
+pub const MAX_ORDER_VISITS: usize = 4096;
+
+/// A depth-first search for the orders of a bucket's entries that end at a limit; stops at the
+/// second found.
+struct OrderSearch<'a> {
+    path: Vec<(&'a str, &'a str)>,
+    used: Vec<bool>,
+    found: Vec<Vec<(&'a str, &'a str)>>,
+    visits: usize,
+}
+
+impl<'a> OrderSearch<'a> {
+    fn descend(&mut self, level: &Level, entries: &[(&'a str, &'a str)]) {
+        for (i, &(key, value)) in entries.iter().enumerate() {
+            if self.used[i] || self.found.len() >= 2 || self.visits >= MAX_ORDER_VISITS {
+                continue;
+            }
+            let Some((_, node, _)) = level.find(key, value) else {
+                continue;
+            };
+            self.visits += 1;
+            self.used[i] = true;
+            self.path.push((key, value));
+            if self.path.len() == entries.len() {
+                if node.rule.is_some() {
+                    self.found.push(self.path.clone());
+                }
+            } else {
+                self.descend(&node.children, entries);
+            }
+            self.path.pop();
+            self.used[i] = false;
+        }
+    }
+}
+
 /// One descriptor node of the config.
 #[derive(Debug)]
 pub(super) struct Node {
@@ -601,5 +673,57 @@ descriptors:
     #[test]
     fn not_a_pattern_without_star() {
         assert!(Pattern::new("/api").is_none());
+    }
+
+    /// A bucket id (a map) finds its rule in the one order of its entries that reaches a limit;
+    /// two key-only levels that nest either way give both orders, and the first is taken; an
+    /// order that reaches no limit, or an entry no level has, finds nothing.
+    #[test]
+    fn bucket_ids_find_their_rule_in_the_order_of_the_tree() {
+        use super::BucketOrder;
+        let rules = load_sources(&[(
+            "r.yaml".to_owned(),
+            r#"
+domain: q
+descriptors:
+  - key: user
+    descriptors:
+      - key: path
+        value: "/api/*"
+        rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: a
+    descriptors:
+      - key: b
+        rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: b
+    descriptors:
+      - key: a
+        rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: lone
+    rate_limit: { unit: second, requests_per_unit: 1 }
+"#
+            .to_owned(),
+        )])
+        .expect("rules");
+        let domain = rules.domain("q").expect("domain");
+        assert_eq!(
+            domain.bucket_order(&[("path", "/api/x"), ("user", "ann")]),
+            BucketOrder::One(vec![("user", "ann"), ("path", "/api/x")])
+        );
+        assert_eq!(
+            domain.bucket_order(&[("b", "2"), ("a", "1")]),
+            BucketOrder::Several(vec![("a", "1"), ("b", "2")])
+        );
+        assert_eq!(
+            domain.bucket_order(&[("lone", "x")]),
+            BucketOrder::One(vec![("lone", "x")])
+        );
+        assert_eq!(domain.bucket_order(&[("user", "ann")]), BucketOrder::None);
+        assert_eq!(
+            domain.bucket_order(&[("path", "/web"), ("user", "ann")]),
+            BucketOrder::None
+        );
+        assert_eq!(domain.bucket_order(&[("other", "x")]), BucketOrder::None);
+        assert_eq!(domain.bucket_order(&[]), BucketOrder::None);
     }
 }

@@ -9,6 +9,8 @@
 //! - [`http_routes`]: `POST /json`, `/check` (nginx `auth_request`, forward-auth), `GET /healthcheck`,
 //!   on the HTTP port;
 //! - [`operator`]: the operator listener: `GET /rlconfig`, `GET /metrics`, `POST /explain`.
+//! - [`rlqs`]: the Rate Limit Quota Service (`StreamRateLimitQuotas`), beside `rls` on the gRPC
+//!   port.
 //! - [`side`]: gRPC health and reflection, beside RateLimitService.
 //! - [`health`]: the serving state shared by both.
 //! - [`front`]: the limiter, traces and metrics every transport shares.
@@ -29,6 +31,7 @@ pub mod http_routes;
 pub mod json;
 pub mod operator;
 pub mod ratelimit_prometheus;
+pub mod rlqs;
 pub mod rls;
 pub mod side;
 pub mod wire;

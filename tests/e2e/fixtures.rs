@@ -23,49 +23,74 @@ pub struct Slidegate {
     /// The operator listener: `/metrics`, `/rlconfig`.
     pub admin_port: u16,
     process: Option<KillOnDrop>,
+    /// How it was started, for [`Slidegate::restart`].
+    config: PathBuf,
+    redis_url: Option<String>,
+    flags: Vec<String>,
+    ready: fn(u16, u16) -> bool,
+}
+
+/// slidegate answers /healthcheck and accepts gRPC connections.
+fn slidegate_healthy(http_port: u16, grpc_port: u16) -> bool {
+    try_http(http_port, "GET", "/healthcheck", &[], "").is_ok_and(|r| r.status == 200)
+        && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
+}
+
+/// Both of slidegate's ports accept connections.
+fn slidegate_listening(http_port: u16, grpc_port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", http_port)).is_ok()
+        && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
 }
 
 impl Slidegate {
     /// Starts `slidegate serve` with the given rules and store; waits for /healthcheck.
     pub fn start(dir: &Path, config: &Path, redis_url: Option<&str>, name: &str) -> Slidegate {
-        let healthy = |http_port: u16, grpc_port: u16| {
-            try_http(http_port, "GET", "/healthcheck", &[], "").is_ok_and(|r| r.status == 200)
-                && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
-        };
-        Slidegate::launch(dir, config, redis_url, name, &[], &healthy)
+        Slidegate::launch(dir, config, redis_url, name, &[], slidegate_healthy, None)
     }
 
     /// Like [`Slidegate::start`] on the memory store, with more `flags` (e.g.
     /// `--response-metadata`).
     pub fn start_with_flags(dir: &Path, config: &Path, name: &str, flags: &[&str]) -> Slidegate {
-        let healthy = |http_port: u16, grpc_port: u16| {
-            try_http(http_port, "GET", "/healthcheck", &[], "").is_ok_and(|r| r.status == 200)
-                && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
-        };
-        Slidegate::launch(dir, config, None, name, flags, &healthy)
+        Slidegate::launch(dir, config, None, name, flags, slidegate_healthy, None)
     }
 
     /// Starts `slidegate serve` on the memory store with TLS `flags`; waits until both ports
     /// accept connections (a plaintext /healthcheck cannot tell more).
     pub fn start_tls(dir: &Path, config: &Path, name: &str, flags: &[&str]) -> Slidegate {
-        let listening = |http_port: u16, grpc_port: u16| {
-            TcpStream::connect(("127.0.0.1", http_port)).is_ok()
-                && TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
-        };
-        Slidegate::launch(dir, config, None, name, flags, &listening)
+        Slidegate::launch(dir, config, None, name, flags, slidegate_listening, None)
     }
 
+    /// Kills it (unless [`Slidegate::stop`] did already) and starts it again as it was started,
+    /// on the same three ports; its log goes to `<name>.log`.
+    pub fn restart(&mut self, dir: &Path, name: &str) {
+        self.stop();
+        let flags: Vec<&str> = self.flags.iter().map(String::as_str).collect();
+        let ports = (self.http_port, self.grpc_port, self.admin_port);
+        let config = self.config.clone();
+        let redis_url = self.redis_url.clone();
+        *self = Slidegate::launch(
+            dir,
+            &config,
+            redis_url.as_deref(),
+            name,
+            &flags,
+            self.ready,
+            Some(ports),
+        );
+    }
+
+    /// Starts slidegate on `ports` (HTTP, gRPC, admin), else on free ports.
     fn launch(
         dir: &Path,
         config: &Path,
         redis_url: Option<&str>,
         name: &str,
         flags: &[&str],
-        ready: &dyn Fn(u16, u16) -> bool,
+        ready: fn(u16, u16) -> bool,
+        ports: Option<(u16, u16, u16)>,
     ) -> Slidegate {
-        let http_port = free_port();
-        let grpc_port = free_port();
-        let admin_port = free_port();
+        let (http_port, grpc_port, admin_port) =
+            ports.unwrap_or_else(|| (free_port(), free_port(), free_port()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
         command
             .arg("serve")
@@ -103,6 +128,10 @@ impl Slidegate {
             grpc_port,
             admin_port,
             process: Some(process),
+            config: config.to_path_buf(),
+            redis_url: redis_url.map(str::to_string),
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            ready,
         }
     }
 
@@ -112,7 +141,8 @@ impl Slidegate {
     }
 }
 
-/// A running Envoy with examples/envoy.yaml, its ports rewritten.
+/// A running Envoy with a file from examples/ (envoy.yaml unless started with
+/// [`Envoy::launch`]), its ports rewritten.
 pub struct Envoy {
     pub port: u16,
     pub admin_port: u16,
@@ -170,6 +200,20 @@ impl Envoy {
             ),
             None => config,
         };
+        Envoy::launch(program, dir, name, &config, port, admin_port)
+    }
+
+    /// Starts Envoy with `config` (an example file after [`rewrite`], listening on `port` with
+    /// its admin on `admin_port`), named `name` (its config and log files); waits until its
+    /// admin /ready says LIVE.
+    pub fn launch(
+        program: &Path,
+        dir: &Path,
+        name: &str,
+        config: &str,
+        port: u16,
+        admin_port: u16,
+    ) -> Envoy {
         let config_path = dir.join(format!("{name}.yaml"));
         std::fs::write(&config_path, config).expect("write envoy config");
         let access_log = dir.join(format!("{name}.access.log"));

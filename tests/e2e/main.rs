@@ -9,3 +9,4 @@ mod support;
 mod access_log;
 mod e2e;
 mod fixtures;
+mod rlqs;

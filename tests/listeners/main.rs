@@ -31,6 +31,7 @@ mod page;
 mod ratelimit_prometheus;
 mod reload;
 mod response_metadata;
+mod rlqs;
 mod service;
 mod start_log;
 mod tls;

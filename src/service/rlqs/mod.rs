@@ -1,0 +1,409 @@
+//! The Rate Limit Quota Service (`envoy.service.rate_limit_quota.v3.RateLimitQuotaService`,
+//! `StreamRateLimitQuotas`): each Envoy's `rate_limit_quota` filter reports its usage per bucket
+//! on one long-lived stream and enforces locally the token bucket this service assigns, so no
+//! request waits for a call.
+//!
+//! **Rules.** The stream's `domain` is a rule-file domain and a bucket id's entries are a
+//! descriptor's entries. A bucket id is a map without order; it finds its rule in the one order of
+//! its entries that reaches a limit ([`DomainRules::bucket_order`]); when several orders do, the
+//! first in key order is taken, logged once and counted in
+//! `slidegate_rlqs_ambiguous_buckets_total`. A bucket that reaches no limit, a shadow rule and an
+//! `unlimited` rule are assigned `ALLOW_ALL`. Every limit of the rule is held at once.
+//!
+//! **Assignments** come from [`quota::Ledger`], which states and keeps the bound: all Envoys of
+//! this slidegate together admit at most each limit in any window. The ledgers live in this
+//! process: with several replicas each holds the bound for the Envoys connected to it.
+//!
+//! **Serving.** The stream goes through tonic's routes beside health and reflection (the gRPC
+//! port's fast path serves only `ShouldRateLimit`), on the same listener with the same TLS. A
+//! stream with a call in flight keeps its connection out of the idle timeout; the connection's
+//! maximum age ends it (Envoy reopens on its next report); on shutdown the drain answers it
+//! `UNAVAILABLE`. A report is at most [`MAX_REPORT_BYTES`]; a stream holds at most
+//! [`MAX_BUCKETS_PER_STREAM`] buckets and the process [`MAX_BUCKETS`]; a bucket id over the
+//! request limits (entries, key and value lengths) is not assigned (Envoy keeps its
+//! `no_assignment_behavior`): each refusal is counted.
+
+pub mod quota;
+
+use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket as ProtoTokenBucket};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    BucketAction as Action, QuotaAssignmentAction,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
+    RateLimitQuotaService, RateLimitQuotaServiceServer,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
+use futures::Stream;
+use parking_lot::Mutex;
+use prometheus::{IntCounter, IntGauge};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::config::BucketOrder;
+use crate::limiter::RateLimiter;
+use crate::metrics::Metrics;
+use quota::{Assignment, Ledger, Quota, TTL};
+
+/// The largest report message read.
+pub const MAX_REPORT_BYTES: usize = 1 << 20;
+
+/// The most buckets one stream (one Envoy) has assigned.
+pub const MAX_BUCKETS_PER_STREAM: usize = 4096;
+
+/// The most buckets with a ledger in the process; a new bucket over it is denied (a bucket a
+/// client shapes must not skip its limit) until idle ones are dropped.
+pub const MAX_BUCKETS: usize = 100_000;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// The most distinct key sets whose ambiguous order is logged (then only counted).
+const MAX_LOGGED_AMBIGUITIES: usize = 64;
+
+/// The service; see the module docs.
+#[derive(Clone)]
+pub struct QuotaService {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    limiter: Arc<RateLimiter>,
+    ledgers: Mutex<Ledgers>,
+    epoch: Instant,
+    next_stream: AtomicU64,
+    /// Whether the per-replica bound was said (once, at the first stream on a shared store).
+    said_per_replica: AtomicBool,
+    logged: Mutex<HashSet<Vec<String>>>,
+    metrics: QuotaMetrics,
+}
+
+/// The ledgers, by the digest of their bucket's counter (domain and counter entries): 32 bytes
+/// a bucket whatever the size of its id, and no id reaches another's ledger.
+#[derive(Default)]
+struct Ledgers {
+    by_bucket: HashMap<Digest, Ledger>,
+    /// Assignments since the last sweep of idle ledgers.
+    since_sweep: usize,
+    /// When the last sweep was (full, a sweep happens at most once a second).
+    last_sweep: Duration,
+}
+
+type Digest = [u8; 32];
+
+/// SHA-256 of `parts`, each after its length (a key or value may hold any byte, a NUL too: no
+/// two lists of parts are written the same).
+fn digest<'a>(parts: impl IntoIterator<Item = &'a str>) -> Digest {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in parts {
+        context.update(&(part.len() as u64).to_le_bytes());
+        context.update(part.as_bytes());
+    }
+    let mut out = [0; 32];
+    out.copy_from_slice(context.finish().as_ref());
+    out
+}
+
+struct QuotaMetrics {
+    streams: IntGauge,
+    token_bucket: IntCounter,
+    allow_all: IntCounter,
+    deny_all: IntCounter,
+    lapse: IntCounter,
+    too_many: IntCounter,
+    too_large: IntCounter,
+    ambiguous: IntCounter,
+}
+
+impl QuotaMetrics {
+    fn new(metrics: &Metrics) -> QuotaMetrics {
+        // Constant definitions: registering them can only fail on a programming error.
+        let assignments = metrics
+            .counter_vec(
+                "slidegate_rlqs_assignments_total",
+                "RLQS bucket answers by action: token_bucket, allow_all, deny_all (no room in the \
+                 ledger yet), lapse (a larger grant left to expire).",
+                &["action"],
+            )
+            .expect("metric definitions are valid");
+        let refused = metrics
+            .counter_vec(
+                "slidegate_rlqs_buckets_refused_total",
+                "RLQS buckets not assigned, by reason: too_many (per stream or in all), \
+                 too_large (a bucket id over the request limits).",
+                &["reason"],
+            )
+            .expect("metric definitions are valid");
+        QuotaMetrics {
+            streams: metrics
+                .gauge(
+                    "slidegate_rlqs_streams",
+                    "Open RLQS streams (StreamRateLimitQuotas).",
+                )
+                .expect("metric definitions are valid"),
+            token_bucket: assignments.with_label_values(&["token_bucket"]),
+            allow_all: assignments.with_label_values(&["allow_all"]),
+            deny_all: assignments.with_label_values(&["deny_all"]),
+            lapse: assignments.with_label_values(&["lapse"]),
+            too_many: refused.with_label_values(&["too_many"]),
+            too_large: refused.with_label_values(&["too_large"]),
+            ambiguous: metrics
+                .counter(
+                    "slidegate_rlqs_ambiguous_buckets_total",
+                    "RLQS bucket ids whose entries reach a limit in more than one order (the \
+                     first in key order is taken).",
+                )
+                .expect("metric definitions are valid"),
+        }
+    }
+}
+
+/// What one bucket of a report gets.
+enum Answer {
+    Assign(Assignment),
+    AllowAll,
+    /// Nothing (refused, or a grant left to lapse).
+    Silence,
+}
+
+impl QuotaService {
+    pub fn new(limiter: Arc<RateLimiter>, metrics: &Metrics) -> QuotaService {
+        QuotaService {
+            shared: Arc::new(Shared {
+                limiter,
+                ledgers: Mutex::new(Ledgers::default()),
+                epoch: Instant::now(),
+                next_stream: AtomicU64::new(0),
+                said_per_replica: AtomicBool::new(false),
+                logged: Mutex::new(HashSet::new()),
+                metrics: QuotaMetrics::new(metrics),
+            }),
+        }
+    }
+
+    /// The tonic service, with its message bound.
+    pub fn server(self) -> RateLimitQuotaServiceServer<QuotaService> {
+        RateLimitQuotaServiceServer::new(self).max_decoding_message_size(MAX_REPORT_BYTES)
+    }
+}
+
+type Answers = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for QuotaService {
+    type StreamRateLimitQuotasStream = Answers;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Answers>, Status> {
+        let mut reports = request.into_inner();
+        let (answers, outbound) = mpsc::channel(4);
+        let shared = Arc::clone(&self.shared);
+        tokio::spawn(async move {
+            let stream = shared.next_stream.fetch_add(1, Ordering::Relaxed);
+            let store = shared.limiter.store().kind();
+            if store != "memory" && !shared.said_per_replica.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    store,
+                    "RLQS quotas are held by each replica for the Envoys connected to it: with \
+                     several replicas, their Envoys together can admit a limit once per replica"
+                );
+            }
+            shared.metrics.streams.inc();
+            let mut buckets = HashSet::new();
+            while let Ok(Some(report)) = reports.message().await {
+                let answer = shared.answer(stream, &report, &mut buckets);
+                if !answer.bucket_action.is_empty() && answers.send(Ok(answer)).await.is_err() {
+                    break;
+                }
+            }
+            shared.metrics.streams.dec();
+        });
+        let outbound = futures::stream::unfold(outbound, |mut outbound| async move {
+            outbound.recv().await.map(|answer| (answer, outbound))
+        });
+        Ok(Response::new(Box::pin(outbound)))
+    }
+}
+
+impl Shared {
+    /// The answer to one report of `stream`, whose buckets so far are `buckets`.
+    fn answer(
+        &self,
+        stream: u64,
+        report: &RateLimitQuotaUsageReports,
+        buckets: &mut HashSet<Digest>,
+    ) -> RateLimitQuotaResponse {
+        let mut actions = Vec::new();
+        for usage in &report.bucket_quota_usages {
+            let Some(id) = &usage.bucket_id else { continue };
+            let answer = self.bucket(stream, &report.domain, id, buckets);
+            let action = match answer {
+                Answer::Silence => continue,
+                Answer::AllowAll => {
+                    self.metrics.allow_all.inc();
+                    blanket(BlanketRule::AllowAll)
+                }
+                Answer::Assign(Assignment::DenyAll) => {
+                    self.metrics.deny_all.inc();
+                    blanket(BlanketRule::DenyAll)
+                }
+                Answer::Assign(Assignment::Lapse) => {
+                    self.metrics.lapse.inc();
+                    continue;
+                }
+                Answer::Assign(Assignment::Bucket(bucket)) => {
+                    self.metrics.token_bucket.inc();
+                    Strategy::TokenBucket(ProtoTokenBucket {
+                        max_tokens: bucket.max_tokens,
+                        tokens_per_fill: Some(UInt32Value {
+                            value: bucket.tokens_per_fill,
+                        }),
+                        fill_interval: Some(seconds(u64::from(bucket.fill_interval_secs))),
+                    })
+                }
+            };
+            actions.push(BucketAction {
+                bucket_id: Some(id.clone()),
+                bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+                    assignment_time_to_live: Some(seconds(TTL.as_secs())),
+                    rate_limit_strategy: Some(RateLimitStrategy {
+                        strategy: Some(action),
+                    }),
+                })),
+            });
+        }
+        RateLimitQuotaResponse {
+            bucket_action: actions,
+        }
+    }
+
+    /// What one bucket gets now.
+    fn bucket(
+        &self,
+        stream: u64,
+        domain: &str,
+        id: &BucketId,
+        buckets: &mut HashSet<Digest>,
+    ) -> Answer {
+        let limits = &self.limiter.options().limits;
+        let too_large = id.bucket.len() > limits.max_entries
+            || domain.len() > limits.max_value_bytes
+            || (id.bucket.iter())
+                .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes);
+        if too_large {
+            self.metrics.too_large.inc();
+            return Answer::Silence;
+        }
+        let mut entries: Vec<(&str, &str)> = (id.bucket.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        entries.sort_unstable();
+        let id_digest = digest(entries.iter().flat_map(|(k, v)| [*k, *v]));
+        if !buckets.contains(&id_digest) {
+            if buckets.len() >= MAX_BUCKETS_PER_STREAM {
+                self.metrics.too_many.inc();
+                return Answer::Silence;
+            }
+            buckets.insert(id_digest);
+        }
+        let rules = self.limiter.rules().load();
+        let Some(domain_rules) = rules.domain(domain) else {
+            return Answer::AllowAll;
+        };
+        let order = match domain_rules.bucket_order(&entries) {
+            BucketOrder::None => return Answer::AllowAll,
+            BucketOrder::One(order) => order,
+            BucketOrder::Several(order) => {
+                self.ambiguous(domain, &order);
+                order
+            }
+        };
+        let Some(matched) = domain_rules.match_entries(&order) else {
+            return Answer::AllowAll;
+        };
+        let rule = matched.rule;
+        if rule.unlimited || rule.shadow_mode || rule.limits.is_empty() {
+            return Answer::AllowAll;
+        }
+        let quotas: Vec<Quota> = (rule.limits.iter())
+            .map(|limit| Quota {
+                n: limit.requests_per_unit,
+                window: limit.window(),
+            })
+            .collect();
+        let counter = std::iter::once(domain)
+            .chain((matched.counter_entries.iter()).flat_map(|(k, v)| [*k, *v]));
+        let key = digest(counter);
+        let now = self.epoch.elapsed();
+        let mut ledgers = self.ledgers.lock();
+        ledgers.since_sweep += 1;
+        let full = ledgers.by_bucket.len() >= MAX_BUCKETS;
+        if ledgers.since_sweep >= 1024 || (full && now >= ledgers.last_sweep + SECOND) {
+            ledgers.since_sweep = 0;
+            ledgers.last_sweep = now;
+            ledgers.by_bucket.retain(|_, ledger| !ledger.is_idle(now));
+        }
+        if !ledgers.by_bucket.contains_key(&key) && ledgers.by_bucket.len() >= MAX_BUCKETS {
+            self.metrics.too_many.inc();
+            return Answer::Assign(Assignment::DenyAll);
+        }
+        let ledger = ledgers.by_bucket.entry(key).or_default();
+        Answer::Assign(ledger.assign(stream, now, &quotas))
+    }
+
+    /// Logs the first time a set of keys reaches a limit in several orders.
+    fn ambiguous(&self, domain: &str, order: &[(&str, &str)]) {
+        self.metrics.ambiguous.inc();
+        let mut keys: Vec<String> = std::iter::once(domain.to_owned())
+            .chain(order.iter().map(|(k, _)| (*k).to_owned()))
+            .collect();
+        keys[1..].sort_unstable();
+        let mut logged = self.logged.lock();
+        if logged.len() < MAX_LOGGED_AMBIGUITIES && logged.insert(keys) {
+            let order: Vec<&str> = order.iter().map(|(k, _)| *k).collect();
+            tracing::warn!(
+                domain,
+                order = %order.join(", "),
+                "an RLQS bucket id reaches a limit in more than one order of its keys; the first \
+                 in key order is used"
+            );
+        }
+    }
+}
+
+fn blanket(rule: BlanketRule) -> Strategy {
+    Strategy::BlanketRule(rule as i32)
+}
+
+fn seconds(secs: u64) -> ProtoDuration {
+    ProtoDuration {
+        seconds: i64::try_from(secs).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::digest;
+
+    /// A bucket id cannot be shaped to reach another bucket's ledger: parts are told apart by
+    /// their lengths, whatever bytes they hold.
+    #[test]
+    fn digests_tell_every_list_of_parts_apart() {
+        assert_ne!(digest(["a\0b", "c"]), digest(["a", "b\0c"]));
+        assert_ne!(digest(["ab", ""]), digest(["a", "b"]));
+        assert_ne!(digest(["d", "k", "v"]), digest(["d", "k"]));
+        assert_eq!(digest(["d", "k", "v"]), digest(["d", "k", "v"]));
+    }
+}

@@ -1,0 +1,392 @@
+//! The quota arithmetic of RLQS, without a network: how one bucket's limits (N per window W) are
+//! shared among the Envoys that report it, as token buckets whose parameters alone hold them.
+//!
+//! **What an assignment can admit.** Envoy's token bucket holds at most `max_tokens` (b) and
+//! refills continuously at r = `tokens_per_fill` / `fill_interval` (whole seconds); it starts
+//! full, an identical assignment keeps it and a changed one replaces it, full again. So while one
+//! assignment lasts it admits at most b + r·W in any window of length W, and a window that sees
+//! several assignments (replacements, or Envoys) sees at most the sum of theirs. A grant's
+//! *weight* for a limit is that bound, b + ⌊r·W⌋.
+//!
+//! **The ledger.** Each bucket keeps its grants that are live or ended less than W ago. A grant is
+//! made (or renewed for another TTL) only when the weights of all of them, its own included, sum
+//! to at most N for every limit. Any window of length W sees only grants whose lives come within
+//! W of the last one made before the window ended, and that one was checked against all of them:
+//! all Envoys together admit at most N in any window W, whatever they report. Nothing here
+//! depends on reported usage.
+//!
+//! **The split.** With k Envoys reporting a bucket, a share is ⌊N / (k + 1)⌋: k shares are handed
+//! out and one is held back, so that an Envoy that joins gets a share at once from what is not
+//! assigned. A grant larger than today's share is replaced by what the ledger has room for beside
+//! it (the larger one still counts for a window), or, without room, not renewed: it lapses at its
+//! TTL (a share cannot be taken back sooner). A grant smaller than the share grows when the ledger
+//! has room for the whole share. A
+//! quarter of a weight (at least one token) is burst, the rest is rate: a client can send a
+//! quarter of its share at once, and its share over any window.
+//!
+//! Time is a [`Duration`] since an epoch the caller picks, so tests drive it by hand.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// How long an assignment lasts: longer than Envoy's report interval (5 s) with room for two
+/// missed reports; a share moves to another Envoy no faster than this.
+pub const TTL: Duration = Duration::from_secs(15);
+
+/// Added to a grant's end for the time the answer takes to reach Envoy, whose TTL starts when it
+/// reads the answer.
+const DELIVERY: Duration = Duration::from_secs(1);
+
+/// One limit of a bucket's rule: `n` per `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    pub n: u64,
+    pub window: Duration,
+}
+
+/// Envoy's token bucket parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TokenBucket {
+    pub max_tokens: u32,
+    pub tokens_per_fill: u32,
+    /// Whole seconds, at least 1 (Envoy reads no fraction).
+    pub fill_interval_secs: u32,
+}
+
+impl TokenBucket {
+    /// The most it admits in a window of length `window` while it lasts: b + ⌊r·W⌋.
+    pub fn weight(&self, window: Duration) -> u64 {
+        let refill = u128::from(self.tokens_per_fill) * window.as_millis()
+            / (u128::from(self.fill_interval_secs.max(1)) * 1000);
+        u64::from(self.max_tokens).saturating_add(u64::try_from(refill).unwrap_or(u64::MAX))
+    }
+
+    /// The bucket for a share of `share` per `window`: a quarter burst (at least 1), the rest
+    /// refilled over the window, rounded down. `None` for a share of 0.
+    pub fn for_share(share: u64, window: Duration) -> Option<TokenBucket> {
+        if share == 0 {
+            return None;
+        }
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let burst = share.div_ceil(4).max(1);
+        let rest = u128::from(share - burst);
+        let window_ms = window.as_millis().max(1);
+        let (tokens_per_fill, fill_interval_secs) = if rest * 1000 >= window_ms {
+            // At least a token a second: fill every second.
+            (
+                clamp(u64::try_from(rest * 1000 / window_ms).unwrap_or(u64::MAX)),
+                1,
+            )
+        } else if rest > 0 {
+            // One token every few seconds (rounded up: never faster than the share).
+            (
+                1,
+                clamp(u64::try_from(window_ms.div_ceil(rest * 1000)).unwrap_or(u64::MAX)),
+            )
+        } else {
+            // No rest: a refill slower than the window (at most one token per window).
+            let secs = window.as_secs().saturating_add(1);
+            (1, clamp(secs))
+        };
+        let bucket = TokenBucket {
+            max_tokens: clamp(burst),
+            tokens_per_fill,
+            fill_interval_secs,
+        };
+        // Without rest the refill may add a token per window: the burst gives it back.
+        if bucket.weight(window) > share {
+            return (burst > 1).then(|| TokenBucket {
+                max_tokens: clamp(burst - 1),
+                ..bucket
+            });
+        }
+        Some(bucket)
+    }
+
+    /// A bucket admitting no more than every one of `buckets` in any window: the smallest burst
+    /// and the slowest refill.
+    fn tightest(buckets: &[TokenBucket]) -> Option<TokenBucket> {
+        let max_tokens = buckets.iter().map(|b| b.max_tokens).min()?;
+        let slowest = buckets.iter().min_by(|a, b| {
+            // a.t / a.f < b.t / b.f  ⇔  a.t · b.f < b.t · a.f
+            (u64::from(a.tokens_per_fill) * u64::from(b.fill_interval_secs))
+                .cmp(&(u64::from(b.tokens_per_fill) * u64::from(a.fill_interval_secs)))
+        })?;
+        Some(TokenBucket {
+            max_tokens,
+            ..*slowest
+        })
+    }
+}
+
+/// What a bucket gets now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Assignment {
+    /// This token bucket, for [`TTL`] (the same as before when it is renewed).
+    Bucket(TokenBucket),
+    /// No room in the ledger yet: deny until the next report finds some.
+    DenyAll,
+    /// The current grant is larger than today's share and there is no room for a smaller one
+    /// beside it: say nothing, and let it lapse.
+    Lapse,
+}
+
+/// One grant: who holds it, what it is, and when it began and ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The ledger's count of grants when this one was made.
+    pub id: u64,
+    pub holder: u64,
+    pub bucket: TokenBucket,
+    pub start: Duration,
+    pub end: Duration,
+}
+
+/// The grants and reporters of one bucket (see the module docs).
+#[derive(Debug, Default)]
+pub struct Ledger {
+    grants: Vec<Grant>,
+    /// Each Envoy (stream) that reported the bucket, and when it last did.
+    reporters: HashMap<u64, Duration>,
+    /// The longest window of the bucket's limits: how long an ended grant still counts.
+    longest: Duration,
+    /// Grants made so far.
+    made: u64,
+}
+
+impl Ledger {
+    /// What `holder` gets for the bucket at `now`, under `quotas` (the rule's limits).
+    pub fn assign(&mut self, holder: u64, now: Duration, quotas: &[Quota]) -> Assignment {
+        self.longest = quotas.iter().map(|q| q.window).max().unwrap_or_default();
+        self.forget(now);
+        self.reporters.insert(holder, now);
+        let sharers = self.reporters.len() as u64;
+        let share = |q: &Quota| q.n / (sharers + 1);
+        let current = self
+            .grants
+            .iter()
+            .position(|g| g.holder == holder && g.end > now);
+        if let Some(i) = current {
+            let grant = self.grants[i];
+            let within = quotas
+                .iter()
+                .all(|q| grant.bucket.weight(q.window) <= share(q));
+            // Within the share: grow to the whole share when there is room for it. Over it (an
+            // Envoy joined): shrink to what there is room for, the larger grant still counting
+            // for a window. Either is a replacement, which the room accounts for.
+            let next = self.bucket_within_room(now, quotas, &share, within);
+            match next {
+                Some(bucket) if bucket != grant.bucket => {
+                    self.grants[i].end = now;
+                    return self.grant(holder, bucket, now);
+                }
+                _ if within => {
+                    // Renewed: it was counted in every check since it was made.
+                    self.grants[i].end = now + TTL + DELIVERY;
+                    return Assignment::Bucket(grant.bucket);
+                }
+                _ => return Assignment::Lapse,
+            }
+        }
+        match self.bucket_within_room(now, quotas, &share, false) {
+            Some(bucket) => self.grant(holder, bucket, now),
+            None => Assignment::DenyAll,
+        }
+    }
+
+    /// Records a new grant of `bucket` to `holder` from `now`, for a TTL.
+    fn grant(&mut self, holder: u64, bucket: TokenBucket, now: Duration) -> Assignment {
+        self.made += 1;
+        self.grants.push(Grant {
+            id: self.made,
+            holder,
+            bucket,
+            start: now,
+            end: now + TTL + DELIVERY,
+        });
+        Assignment::Bucket(bucket)
+    }
+
+    /// The bucket of a share for every limit, each no more than what the ledger has room for;
+    /// with `whole`, only if there is room for the whole share.
+    fn bucket_within_room(
+        &self,
+        now: Duration,
+        quotas: &[Quota],
+        share: &impl Fn(&Quota) -> u64,
+        whole: bool,
+    ) -> Option<TokenBucket> {
+        let mut buckets = Vec::with_capacity(quotas.len());
+        for quota in quotas {
+            let held: u64 = self
+                .grants
+                .iter()
+                .filter(|g| g.end + quota.window >= now)
+                .map(|g| g.bucket.weight(quota.window))
+                .sum();
+            let room = quota.n.saturating_sub(held);
+            let share = share(quota);
+            if whole && room < share {
+                return None;
+            }
+            buckets.push(TokenBucket::for_share(share.min(room), quota.window)?);
+        }
+        TokenBucket::tightest(&buckets)
+    }
+
+    /// Drops grants that ended more than the longest window ago and reporters silent for a TTL.
+    fn forget(&mut self, now: Duration) {
+        let longest = self.longest;
+        self.grants.retain(|g| g.end + longest >= now);
+        self.reporters.retain(|_, at| *at + TTL > now);
+    }
+
+    /// Whether nothing is held or reported any more (the bucket can be dropped).
+    pub fn is_idle(&mut self, now: Duration) -> bool {
+        self.forget(now);
+        self.grants.is_empty() && self.reporters.is_empty()
+    }
+
+    /// The grants kept now, for tests.
+    pub fn grants(&self) -> &[Grant] {
+        &self.grants
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// The exact bound of the grants together, as Envoy would enforce them: the most all of them
+    /// can admit in any window of length `window`, each admitting at most b + r·(its overlap)
+    /// (a whole number). Windows are tried at every point where a term changes slope or jumps.
+    fn most_admitted(grants: &[Grant], window: Duration) -> u64 {
+        let w = window.as_secs_f64();
+        let mut starts = Vec::new();
+        for g in grants {
+            let (s, e) = (g.start.as_secs_f64(), g.end.as_secs_f64());
+            starts.extend([s - w, s, e - w, e]);
+        }
+        let mut most = 0;
+        for a in starts {
+            let mut sum = 0;
+            for g in grants {
+                let (s, e) = (g.start.as_secs_f64(), g.end.as_secs_f64());
+                let overlap = (e.min(a + w) - s.max(a)).max(-1.0);
+                if overlap < 0.0 {
+                    continue;
+                }
+                let rate =
+                    f64::from(g.bucket.tokens_per_fill) / f64::from(g.bucket.fill_interval_secs);
+                sum += u64::from(g.bucket.max_tokens) + (rate * overlap + 1e-9).floor() as u64;
+            }
+            most = most.max(sum);
+        }
+        most
+    }
+
+    #[test]
+    fn a_share_is_a_quarter_burst_and_the_rest_over_the_window() {
+        let bucket = TokenBucket::for_share(100, Duration::from_secs(10)).expect("bucket");
+        assert_eq!(
+            bucket,
+            TokenBucket {
+                max_tokens: 25,
+                tokens_per_fill: 7,
+                fill_interval_secs: 1
+            }
+        );
+        assert_eq!(bucket.weight(Duration::from_secs(10)), 95);
+        let slow = TokenBucket::for_share(10, Duration::from_secs(60)).expect("bucket");
+        assert_eq!(slow.max_tokens, 3);
+        assert!(slow.weight(Duration::from_secs(60)) <= 10, "{slow:?}");
+        let one = TokenBucket::for_share(1, Duration::from_secs(60)).expect("bucket");
+        assert!(one.weight(Duration::from_secs(60)) <= 1, "{one:?}");
+        assert_eq!(TokenBucket::for_share(0, Duration::from_secs(1)), None);
+    }
+
+    /// One Envoy gets half (one share held back); a second gets a third at once; the first's
+    /// half shrinks to the sixth left beside the two, and both end with a third, renewed
+    /// unchanged.
+    #[test]
+    fn envoys_that_join_get_a_share_at_once_and_larger_shares_lapse() {
+        let quotas = [Quota {
+            n: 120,
+            window: 10 * S,
+        }];
+        let mut ledger = Ledger::default();
+        let Assignment::Bucket(first) = ledger.assign(1, Duration::ZERO, &quotas) else {
+            panic!("the first Envoy gets a bucket");
+        };
+        assert!(first.weight(10 * S) <= 60, "{first:?}");
+        assert_eq!(ledger.assign(1, 5 * S, &quotas), Assignment::Bucket(first));
+        let Assignment::Bucket(second) = ledger.assign(2, 6 * S, &quotas) else {
+            panic!("a second Envoy gets a bucket at once");
+        };
+        assert!(second.weight(10 * S) <= 40, "{second:?}");
+        let Assignment::Bucket(shrunk) = ledger.assign(1, 10 * S, &quotas) else {
+            panic!("the first Envoy's share shrinks to what is left");
+        };
+        assert!(shrunk.weight(10 * S) <= 20, "{shrunk:?}");
+        let mut now = 10 * S;
+        let mut last = (Assignment::Lapse, Assignment::Lapse);
+        while now < 120 * S {
+            now += 5 * S;
+            last = (
+                ledger.assign(1, now, &quotas),
+                ledger.assign(2, now, &quotas),
+            );
+        }
+        let (Assignment::Bucket(a), Assignment::Bucket(b)) = last else {
+            panic!("both hold a bucket in the end: {last:?}");
+        };
+        assert_eq!(a, b, "equal shares in the end");
+        assert!(a.weight(10 * S) <= 40 && a.weight(10 * S) >= 30, "{a:?}");
+        assert!(most_admitted(ledger.grants(), 10 * S) <= 120);
+    }
+
+    /// What one step of a run does: an Envoy (of four) reports the bucket after some seconds.
+    fn steps() -> impl Strategy<Value = Vec<(u64, u64)>> {
+        prop::collection::vec((0..4u64, 0..8u64), 1..80)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// For any sequence of reports (Envoys joining, reporting, going silent, in any order and
+        /// at any pace), all the grants together never admit more than each limit in any window.
+        #[test]
+        fn grants_never_admit_more_than_the_limit_in_any_window(
+            steps in steps(),
+            n in 1..500u64,
+            window_secs in 1..120u64,
+            second in prop::option::of((1..100u64, 1..30u64)),
+        ) {
+            let mut quotas = vec![Quota { n, window: Duration::from_secs(window_secs) }];
+            if let Some((n, secs)) = second {
+                quotas.push(Quota { n, window: Duration::from_secs(secs) });
+            }
+            let mut ledger = Ledger::default();
+            let mut all: Vec<Grant> = Vec::new();
+            let mut now = Duration::ZERO;
+            for (holder, pause) in steps {
+                now += Duration::from_secs(pause);
+                ledger.assign(holder, now, &quotas);
+                // Every grant ever made, with its latest end (renewals and replacements).
+                for grant in ledger.grants() {
+                    match all.iter_mut().find(|g| g.id == grant.id) {
+                        Some(known) => known.end = grant.end,
+                        None => all.push(*grant),
+                    }
+                }
+            }
+            for quota in &quotas {
+                let most = most_admitted(&all, quota.window);
+                prop_assert!(most <= quota.n, "{most} > {} per {:?}: {all:?}", quota.n, quota.window);
+            }
+        }
+    }
+}
