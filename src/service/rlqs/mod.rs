@@ -18,7 +18,7 @@
 //! port's fast path serves only `ShouldRateLimit`), on the same listener with the same TLS. A
 //! stream with a call in flight keeps its connection out of the idle timeout; the connection's
 //! maximum age ends it (Envoy reopens on its next report); on shutdown the drain answers it
-//! `UNAVAILABLE`. A report is at most [`MAX_REPORT_BYTES`]; a stream holds at most
+//! `UNAVAILABLE`. A bucket that reports no request for [`ABANDON_AFTER`] is abandoned. A report is at most [`MAX_REPORT_BYTES`]; a stream holds at most
 //! [`MAX_BUCKETS_PER_STREAM`] buckets and the process [`MAX_BUCKETS`]; a bucket id over the
 //! request limits (entries, key and value lengths) is not assigned (Envoy keeps its
 //! `no_assignment_behavior`): each refusal is counted.
@@ -35,7 +35,7 @@ use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strat
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket as ProtoTokenBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
-    BucketAction as Action, QuotaAssignmentAction,
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
@@ -119,6 +119,7 @@ struct QuotaMetrics {
     allow_all: IntCounter,
     deny_all: IntCounter,
     lapse: IntCounter,
+    abandon: IntCounter,
     too_many: IntCounter,
     too_large: IntCounter,
     ambiguous: IntCounter,
@@ -131,7 +132,7 @@ impl QuotaMetrics {
             .counter_vec(
                 "slidegate_rlqs_assignments_total",
                 "RLQS bucket answers by action: token_bucket, allow_all, deny_all (no room in the \
-                 ledger yet), lapse (a larger grant left to expire).",
+                 ledger yet), lapse (a larger grant left to expire), abandon (idle for a minute).",
                 &["action"],
             )
             .expect("metric definitions are valid");
@@ -154,6 +155,7 @@ impl QuotaMetrics {
             allow_all: assignments.with_label_values(&["allow_all"]),
             deny_all: assignments.with_label_values(&["deny_all"]),
             lapse: assignments.with_label_values(&["lapse"]),
+            abandon: assignments.with_label_values(&["abandon"]),
             too_many: refused.with_label_values(&["too_many"]),
             too_large: refused.with_label_values(&["too_large"]),
             ambiguous: metrics
@@ -173,6 +175,51 @@ enum Answer {
     AllowAll,
     /// Nothing (refused, or a grant left to lapse).
     Silence,
+    /// Idle for [`ABANDON_AFTER`]: Envoy forgets the bucket and stops reporting it.
+    Abandon,
+}
+
+/// How long a bucket reports no request before it is abandoned. Envoy reports every bucket it
+/// has every 5 s, idle ones as 0 allowed and 0 denied, until the server abandons them: an idle
+/// bucket would otherwise keep its place in the stream and its share of the limit. A request
+/// after that makes a new bucket, assigned one round trip later.
+pub const ABANDON_AFTER: Duration = Duration::from_secs(60);
+
+/// One stream's buckets: the digest of each bucket id and when it last reported a request.
+#[derive(Debug, Default)]
+struct StreamBuckets {
+    active_at: HashMap<Digest, Duration>,
+}
+
+/// What [`StreamBuckets::seen`] says of a bucket in a report.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    /// A bucket to answer.
+    Live,
+    /// A new bucket over [`MAX_BUCKETS_PER_STREAM`].
+    TooMany,
+    /// Idle for [`ABANDON_AFTER`]: forgotten here, to be abandoned.
+    Idle,
+}
+
+impl StreamBuckets {
+    /// Records a report of bucket `id` at `now`, with requests in it or not.
+    fn seen(&mut self, id: Digest, requests: bool, now: Duration) -> Seen {
+        let known = self.active_at.len();
+        match self.active_at.get_mut(&id) {
+            Some(at) if requests => *at = now,
+            Some(at) if now.saturating_sub(*at) >= ABANDON_AFTER => {
+                self.active_at.remove(&id);
+                return Seen::Idle;
+            }
+            Some(_) => {}
+            None if known >= MAX_BUCKETS_PER_STREAM => return Seen::TooMany,
+            None => {
+                self.active_at.insert(id, now);
+            }
+        }
+        Seen::Live
+    }
 }
 
 impl QuotaService {
@@ -220,7 +267,7 @@ impl RateLimitQuotaService for QuotaService {
                 );
             }
             shared.metrics.streams.inc();
-            let mut buckets = HashSet::new();
+            let mut buckets = StreamBuckets::default();
             while let Ok(Some(report)) = reports.message().await {
                 let answer = shared.answer(stream, &report, &mut buckets);
                 if !answer.bucket_action.is_empty() && answers.send(Ok(answer)).await.is_err() {
@@ -237,19 +284,28 @@ impl RateLimitQuotaService for QuotaService {
 }
 
 impl Shared {
-    /// The answer to one report of `stream`, whose buckets so far are `buckets`.
+    /// The answer to one report of `stream`, whose buckets are `buckets`.
     fn answer(
         &self,
         stream: u64,
         report: &RateLimitQuotaUsageReports,
-        buckets: &mut HashSet<Digest>,
+        buckets: &mut StreamBuckets,
     ) -> RateLimitQuotaResponse {
         let mut actions = Vec::new();
         for usage in &report.bucket_quota_usages {
             let Some(id) = &usage.bucket_id else { continue };
-            let answer = self.bucket(stream, &report.domain, id, buckets);
+            let requests = usage.num_requests_allowed > 0 || usage.num_requests_denied > 0;
+            let answer = self.bucket(stream, &report.domain, (id, requests), buckets);
             let action = match answer {
                 Answer::Silence => continue,
+                Answer::Abandon => {
+                    self.metrics.abandon.inc();
+                    actions.push(BucketAction {
+                        bucket_id: Some(id.clone()),
+                        bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+                    });
+                    continue;
+                }
                 Answer::AllowAll => {
                     self.metrics.allow_all.inc();
                     blanket(BlanketRule::AllowAll)
@@ -293,8 +349,8 @@ impl Shared {
         &self,
         stream: u64,
         domain: &str,
-        id: &BucketId,
-        buckets: &mut HashSet<Digest>,
+        (id, requests): (&BucketId, bool),
+        buckets: &mut StreamBuckets,
     ) -> Answer {
         let limits = &self.limiter.options().limits;
         let too_large = id.bucket.len() > limits.max_entries
@@ -310,12 +366,13 @@ impl Shared {
             .collect();
         entries.sort_unstable();
         let id_digest = digest(entries.iter().flat_map(|(k, v)| [*k, *v]));
-        if !buckets.contains(&id_digest) {
-            if buckets.len() >= MAX_BUCKETS_PER_STREAM {
+        match buckets.seen(id_digest, requests, self.epoch.elapsed()) {
+            Seen::Live => {}
+            Seen::TooMany => {
                 self.metrics.too_many.inc();
                 return Answer::Silence;
             }
-            buckets.insert(id_digest);
+            Seen::Idle => return Answer::Abandon,
         }
         let rules = self.limiter.rules().load();
         let Some(domain_rules) = rules.domain(domain) else {
@@ -395,7 +452,40 @@ fn seconds(secs: u64) -> ProtoDuration {
 
 #[cfg(test)]
 mod tests {
-    use super::digest;
+    use super::*;
+
+    /// A bucket that reports no request for [`ABANDON_AFTER`] is abandoned (and forgotten: its
+    /// next report is a new bucket); one with requests stays; a stream holds at most
+    /// [`MAX_BUCKETS_PER_STREAM`] at once.
+    #[test]
+    fn idle_buckets_are_abandoned_and_a_stream_holds_a_bounded_number() {
+        let mut buckets = StreamBuckets::default();
+        let (idle, busy) = (digest(["idle"]), digest(["busy"]));
+        let at = Duration::from_secs;
+        assert_eq!(buckets.seen(idle, true, at(0)), Seen::Live);
+        assert_eq!(buckets.seen(busy, true, at(0)), Seen::Live);
+        assert_eq!(buckets.seen(idle, false, at(30)), Seen::Live);
+        assert_eq!(buckets.seen(busy, true, at(55)), Seen::Live);
+        assert_eq!(buckets.seen(idle, false, at(60)), Seen::Idle);
+        assert_eq!(buckets.seen(busy, false, at(100)), Seen::Live);
+        assert_eq!(buckets.seen(busy, false, at(115)), Seen::Idle);
+        assert_eq!(
+            buckets.seen(idle, false, at(120)),
+            Seen::Live,
+            "a new bucket"
+        );
+        for i in 1..MAX_BUCKETS_PER_STREAM {
+            assert_eq!(
+                buckets.seen(digest([i.to_string().as_str()]), true, at(121)),
+                Seen::Live
+            );
+        }
+        assert_eq!(
+            buckets.seen(digest(["one more"]), true, at(121)),
+            Seen::TooMany
+        );
+        assert_eq!(buckets.seen(idle, true, at(121)), Seen::Live, "a known one");
+    }
 
     /// A bucket id cannot be shaped to reach another bucket's ledger: parts are told apart by
     /// their lengths, whatever bytes they hold.
