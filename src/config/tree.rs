@@ -224,7 +224,8 @@ impl DomainRules {
     /// by key, as a map has none) that matches a path ending at a limit, as
     /// [`DomainRules::match_entries`] matches. Several orders can (two key-only levels in either
     /// order): the first found in key order is taken and the answer says so. The search visits at
-    /// most [`MAX_ORDER_VISITS`] nodes, so a bucket a client shapes cannot make it long.
+    /// most [`MAX_ORDER_VISITS`] nodes, so a bucket a client shapes cannot make it long; one that
+    /// outlasts it is [`BucketOrder::Unsettled`].
     pub fn bucket_order<'a>(&self, entries: &[(&'a str, &'a str)]) -> BucketOrder<'a> {
         let mut sorted = entries.to_vec();
         sorted.sort_unstable();
@@ -235,8 +236,10 @@ impl DomainRules {
             visits: 0,
         };
         search.descend(&self.root, &sorted);
+        let exhausted = search.visits >= MAX_ORDER_VISITS;
         let mut found = search.found.into_iter();
         match (found.next(), found.next()) {
+            (None, _) if exhausted => BucketOrder::Unsettled,
             (None, _) => BucketOrder::None,
             (Some(order), None) => BucketOrder::One(order),
             (Some(order), Some(_)) => BucketOrder::Several(order),
@@ -457,6 +460,9 @@ pub enum BucketOrder<'a> {
     One(Vec<(&'a str, &'a str)>),
     /// Several do; the first in key order.
     Several(Vec<(&'a str, &'a str)>),
+    /// The search ran out of visits before finding one: an order may exist (a caller must not
+    /// take this as no rule).
+    Unsettled,
 }
 
 /// The most nodes [`DomainRules::bucket_order`] visits.
@@ -725,5 +731,57 @@ descriptors:
         );
         assert_eq!(domain.bucket_order(&[("other", "x")]), BucketOrder::None);
         assert_eq!(domain.bucket_order(&[]), BucketOrder::None);
+    }
+
+    /// A bucket id shaped to outlast the bounded search (seven key-only levels nested in every
+    /// order, the limit only at the end of the last order tried) is `Unsettled`, never "no rule".
+    #[test]
+    fn a_search_that_runs_out_is_unsettled_not_unlimited() {
+        use super::{BucketOrder, MAX_ORDER_VISITS};
+        fn level(keys: &[&str], path: &mut Vec<String>) -> serde_json::Value {
+            let free: Vec<&str> = keys
+                .iter()
+                .copied()
+                .filter(|k| !path.iter().any(|p| p == k))
+                .collect();
+            let nodes: Vec<serde_json::Value> = free
+                .into_iter()
+                .map(|key| {
+                    path.push(key.to_owned());
+                    let mut node = serde_json::json!({ "key": key });
+                    if path.len() == keys.len() {
+                        let last: Vec<String> =
+                            keys.iter().rev().map(|k| (*k).to_owned()).collect();
+                        if *path == last {
+                            node["rate_limit"] =
+                                serde_json::json!({ "unit": "second", "requests_per_unit": 1 });
+                        }
+                    } else {
+                        node["descriptors"] = level(keys, path);
+                    }
+                    path.pop();
+                    node
+                })
+                .collect();
+            serde_json::Value::Array(nodes)
+        }
+        let keys = ["a", "b", "c", "d", "e", "f", "g"];
+        let tree =
+            serde_json::json!({ "domain": "q", "descriptors": level(&keys, &mut Vec::new()) });
+        let rules = load_sources(&[("r.yaml".to_owned(), tree.to_string())]).expect("rules");
+        let domain = rules.domain("q").expect("domain");
+        let entries: Vec<(&str, &str)> = keys.iter().map(|k| (*k, "v")).collect();
+        const {
+            assert!(
+                MAX_ORDER_VISITS < 13_699,
+                "the tree has more nodes than the search visits"
+            )
+        };
+        assert_eq!(domain.bucket_order(&entries), BucketOrder::Unsettled);
+        assert_eq!(
+            domain.bucket_order(&entries[..1]),
+            BucketOrder::None,
+            "a short search that finds nothing is no rule"
+        );
     }
 }

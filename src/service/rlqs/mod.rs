@@ -118,10 +118,10 @@ struct QuotaMetrics {
     token_bucket: IntCounter,
     allow_all: IntCounter,
     deny_all: IntCounter,
-    lapse: IntCounter,
     abandon: IntCounter,
     too_many: IntCounter,
     too_large: IntCounter,
+    too_complex: IntCounter,
     ambiguous: IntCounter,
 }
 
@@ -132,15 +132,16 @@ impl QuotaMetrics {
             .counter_vec(
                 "slidegate_rlqs_assignments_total",
                 "RLQS bucket answers by action: token_bucket, allow_all, deny_all (no room in the \
-                 ledger yet), lapse (a larger grant left to expire), abandon (idle for a minute).",
+                 ledger yet), abandon (idle for a minute).",
                 &["action"],
             )
             .expect("metric definitions are valid");
         let refused = metrics
             .counter_vec(
                 "slidegate_rlqs_buckets_refused_total",
-                "RLQS buckets not assigned, by reason: too_many (per stream or in all), \
-                 too_large (a bucket id over the request limits).",
+                "RLQS buckets not assigned (or denied), by reason: too_many (per stream or in \
+                 all), too_large (a bucket id over the request limits), too_complex (its order \
+                 search ran out: denied).",
                 &["reason"],
             )
             .expect("metric definitions are valid");
@@ -154,10 +155,10 @@ impl QuotaMetrics {
             token_bucket: assignments.with_label_values(&["token_bucket"]),
             allow_all: assignments.with_label_values(&["allow_all"]),
             deny_all: assignments.with_label_values(&["deny_all"]),
-            lapse: assignments.with_label_values(&["lapse"]),
             abandon: assignments.with_label_values(&["abandon"]),
             too_many: refused.with_label_values(&["too_many"]),
             too_large: refused.with_label_values(&["too_large"]),
+            too_complex: refused.with_label_values(&["too_complex"]),
             ambiguous: metrics
                 .counter(
                     "slidegate_rlqs_ambiguous_buckets_total",
@@ -173,7 +174,7 @@ impl QuotaMetrics {
 enum Answer {
     Assign(Assignment),
     AllowAll,
-    /// Nothing (refused, or a grant left to lapse).
+    /// Nothing (refused).
     Silence,
     /// Idle for [`ABANDON_AFTER`]: Envoy forgets the bucket and stops reporting it.
     Abandon,
@@ -185,17 +186,19 @@ enum Answer {
 /// after that makes a new bucket, assigned one round trip later.
 pub const ABANDON_AFTER: Duration = Duration::from_secs(60);
 
-/// One stream's buckets: the digest of each bucket id and when it last reported a request.
+/// One stream's buckets: the digest of each bucket id, when it last reported a request, and the
+/// number it was given when it appeared (a bucket abandoned and made again is another holder).
 #[derive(Debug, Default)]
 struct StreamBuckets {
-    active_at: HashMap<Digest, Duration>,
+    active_at: HashMap<Digest, (Duration, u64)>,
+    made: u64,
 }
 
 /// What [`StreamBuckets::seen`] says of a bucket in a report.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
-    /// A bucket to answer.
-    Live,
+    /// A bucket to answer: its number on this stream.
+    Live(u64),
     /// A new bucket over [`MAX_BUCKETS_PER_STREAM`].
     TooMany,
     /// Idle for [`ABANDON_AFTER`]: forgotten here, to be abandoned.
@@ -207,18 +210,22 @@ impl StreamBuckets {
     fn seen(&mut self, id: Digest, requests: bool, now: Duration) -> Seen {
         let known = self.active_at.len();
         match self.active_at.get_mut(&id) {
-            Some(at) if requests => *at = now,
-            Some(at) if now.saturating_sub(*at) >= ABANDON_AFTER => {
-                self.active_at.remove(&id);
-                return Seen::Idle;
+            Some((at, number)) if requests => {
+                *at = now;
+                Seen::Live(*number)
             }
-            Some(_) => {}
-            None if known >= MAX_BUCKETS_PER_STREAM => return Seen::TooMany,
+            Some((at, _)) if now.saturating_sub(*at) >= ABANDON_AFTER => {
+                self.active_at.remove(&id);
+                Seen::Idle
+            }
+            Some((_, number)) => Seen::Live(*number),
+            None if known >= MAX_BUCKETS_PER_STREAM => Seen::TooMany,
             None => {
-                self.active_at.insert(id, now);
+                self.made += 1;
+                self.active_at.insert(id, (now, self.made));
+                Seen::Live(self.made)
             }
         }
-        Seen::Live
     }
 }
 
@@ -292,8 +299,17 @@ impl Shared {
         buckets: &mut StreamBuckets,
     ) -> RateLimitQuotaResponse {
         let mut actions = Vec::new();
+        let mut answered = HashSet::new();
         for usage in &report.bucket_quota_usages {
             let Some(id) = &usage.bucket_id else { continue };
+            // One answer per bucket id, and no more than a stream's buckets in one report.
+            if answered.len() >= MAX_BUCKETS_PER_STREAM {
+                self.metrics.too_many.inc();
+                break;
+            }
+            if !answered.insert(digest(sorted(id).iter().flat_map(|(k, v)| [*k, *v]))) {
+                continue;
+            }
             let requests = usage.num_requests_allowed > 0 || usage.num_requests_denied > 0;
             let answer = self.bucket(stream, &report.domain, (id, requests), buckets);
             let action = match answer {
@@ -313,10 +329,6 @@ impl Shared {
                 Answer::Assign(Assignment::DenyAll) => {
                     self.metrics.deny_all.inc();
                     blanket(BlanketRule::DenyAll)
-                }
-                Answer::Assign(Assignment::Lapse) => {
-                    self.metrics.lapse.inc();
-                    continue;
                 }
                 Answer::Assign(Assignment::Bucket(bucket)) => {
                     self.metrics.token_bucket.inc();
@@ -361,25 +373,32 @@ impl Shared {
             self.metrics.too_large.inc();
             return Answer::Silence;
         }
-        let mut entries: Vec<(&str, &str)> = (id.bucket.iter())
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        entries.sort_unstable();
+        let entries = sorted(id);
         let id_digest = digest(entries.iter().flat_map(|(k, v)| [*k, *v]));
-        match buckets.seen(id_digest, requests, self.epoch.elapsed()) {
-            Seen::Live => {}
+        // Each bucket of each stream holds its own grant: Envoy enforces each bucket apart, even
+        // when several bucket ids share a counter (a `share_threshold` wildcard).
+        let holder = match buckets.seen(id_digest, requests, self.epoch.elapsed()) {
+            Seen::Live(number) => {
+                let id = digest([stream.to_string().as_str(), number.to_string().as_str()]);
+                u64::from_le_bytes([id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7]])
+            }
             Seen::TooMany => {
                 self.metrics.too_many.inc();
                 return Answer::Silence;
             }
             Seen::Idle => return Answer::Abandon,
-        }
+        };
         let rules = self.limiter.rules().load();
         let Some(domain_rules) = rules.domain(domain) else {
             return Answer::AllowAll;
         };
         let order = match domain_rules.bucket_order(&entries) {
             BucketOrder::None => return Answer::AllowAll,
+            // A bucket id shaped to outlast the search is denied, never let through.
+            BucketOrder::Unsettled => {
+                self.metrics.too_complex.inc();
+                return Answer::Assign(Assignment::DenyAll);
+            }
             BucketOrder::One(order) => order,
             BucketOrder::Several(order) => {
                 self.ambiguous(domain, &order);
@@ -416,7 +435,7 @@ impl Shared {
             return Answer::Assign(Assignment::DenyAll);
         }
         let ledger = ledgers.by_bucket.entry(key).or_default();
-        Answer::Assign(ledger.assign(stream, now, &quotas))
+        Answer::Assign(ledger.assign(holder, now, &quotas))
     }
 
     /// Logs the first time a set of keys reaches a limit in several orders.
@@ -437,6 +456,15 @@ impl Shared {
             );
         }
     }
+}
+
+/// A bucket id's entries, sorted by key.
+fn sorted(id: &BucketId) -> Vec<(&str, &str)> {
+    let mut entries: Vec<(&str, &str)> = (id.bucket.iter())
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    entries.sort_unstable();
+    entries
 }
 
 fn blanket(rule: BlanketRule) -> Strategy {
@@ -462,29 +490,31 @@ mod tests {
         let mut buckets = StreamBuckets::default();
         let (idle, busy) = (digest(["idle"]), digest(["busy"]));
         let at = Duration::from_secs;
-        assert_eq!(buckets.seen(idle, true, at(0)), Seen::Live);
-        assert_eq!(buckets.seen(busy, true, at(0)), Seen::Live);
-        assert_eq!(buckets.seen(idle, false, at(30)), Seen::Live);
-        assert_eq!(buckets.seen(busy, true, at(55)), Seen::Live);
+        assert_eq!(buckets.seen(idle, true, at(0)), Seen::Live(1));
+        assert_eq!(buckets.seen(busy, true, at(0)), Seen::Live(2));
+        assert_eq!(buckets.seen(idle, false, at(30)), Seen::Live(1));
+        assert_eq!(buckets.seen(busy, true, at(55)), Seen::Live(2));
         assert_eq!(buckets.seen(idle, false, at(60)), Seen::Idle);
-        assert_eq!(buckets.seen(busy, false, at(100)), Seen::Live);
+        assert_eq!(buckets.seen(busy, false, at(100)), Seen::Live(2));
         assert_eq!(buckets.seen(busy, false, at(115)), Seen::Idle);
         assert_eq!(
             buckets.seen(idle, false, at(120)),
-            Seen::Live,
-            "a new bucket"
+            Seen::Live(3),
+            "a new bucket, another holder"
         );
         for i in 1..MAX_BUCKETS_PER_STREAM {
-            assert_eq!(
-                buckets.seen(digest([i.to_string().as_str()]), true, at(121)),
-                Seen::Live
-            );
+            let new = buckets.seen(digest([i.to_string().as_str()]), true, at(121));
+            assert!(matches!(new, Seen::Live(_)), "{new:?}");
         }
         assert_eq!(
             buckets.seen(digest(["one more"]), true, at(121)),
             Seen::TooMany
         );
-        assert_eq!(buckets.seen(idle, true, at(121)), Seen::Live, "a known one");
+        assert_eq!(
+            buckets.seen(idle, true, at(121)),
+            Seen::Live(3),
+            "a known one"
+        );
     }
 
     /// A bucket id cannot be shaped to reach another bucket's ledger: parts are told apart by

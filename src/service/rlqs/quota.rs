@@ -10,7 +10,8 @@
 //!
 //! **The ledger.** Each bucket keeps its grants that are live or ended less than W ago. A grant is
 //! made (or renewed for another TTL) only when the weights of all of them, its own included, sum
-//! to at most N for every limit. Any window of length W sees only grants whose lives come within
+//! to at most N for every limit (a renewal fails it only after a reload lowered a limit; it is
+//! then replaced by what there is room for). Any window of length W sees only grants whose lives come within
 //! W of the last one made before the window ended, and that one was checked against all of them:
 //! all Envoys together admit at most N in any window W, whatever they report. Nothing here
 //! depends on reported usage.
@@ -18,9 +19,11 @@
 //! **The split.** With k Envoys reporting a bucket, a share is ⌊N / (k + 1)⌋: k shares are handed
 //! out and one is held back, so that an Envoy that joins gets a share at once from what is not
 //! assigned. A grant larger than today's share is replaced by what the ledger has room for beside
-//! it (the larger one still counts for a window), or, without room, not renewed: it lapses at its
-//! TTL (a share cannot be taken back sooner). A grant smaller than the share grows when the ledger
-//! has room for the whole share. A
+//! it, or by `DENY_ALL` without room; the larger one still counts until its own end, since a
+//! share cannot be taken back sooner (there is no acknowledgement). A grant smaller than the share
+//! grows when the ledger has room for the whole share. A grant is renewed unchanged (Envoy keeps
+//! its tokens) only while Envoy surely still holds it; a later one starts full, and is a new
+//! grant. A
 //! quarter of a weight (at least one token) is burst, the rest is rate: a client can send a
 //! quarter of its share at once, and its share over any window.
 //!
@@ -36,6 +39,11 @@ pub const TTL: Duration = Duration::from_secs(15);
 /// Added to a grant's end for the time the answer takes to reach Envoy, whose TTL starts when it
 /// reads the answer.
 const DELIVERY: Duration = Duration::from_secs(1);
+
+/// A grant is renewed (Envoy keeps its tokens) only while Envoy surely still holds it: sent less
+/// than a TTL minus this ago. Later, Envoy may have let it expire, and what it gets next starts
+/// full: a new grant, checked against the room.
+const MARGIN: Duration = Duration::from_secs(1);
 
 /// One limit of a bucket's rule: `n` per `window`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,9 +134,6 @@ pub enum Assignment {
     Bucket(TokenBucket),
     /// No room in the ledger yet: deny until the next report finds some.
     DenyAll,
-    /// The current grant is larger than today's share and there is no room for a smaller one
-    /// beside it: say nothing, and let it lapse.
-    Lapse,
 }
 
 /// One grant: who holds it, what it is, and when it began and ends.
@@ -139,7 +144,13 @@ pub struct Grant {
     pub holder: u64,
     pub bucket: TokenBucket,
     pub start: Duration,
+    /// When it was last sent (made or renewed): Envoy holds it until a TTL after that, at least.
+    pub sent: Duration,
+    /// Until when it counts as admitting: a TTL after it was last sent, and the time the answer
+    /// takes. A replaced grant keeps its end (Envoy may not have read the replacement).
     pub end: Duration,
+    /// Whether it is the holder's latest assignment, not replaced.
+    pub current: bool,
 }
 
 /// The grants and reporters of one bucket (see the module docs).
@@ -157,41 +168,66 @@ pub struct Ledger {
 impl Ledger {
     /// What `holder` gets for the bucket at `now`, under `quotas` (the rule's limits).
     pub fn assign(&mut self, holder: u64, now: Duration, quotas: &[Quota]) -> Assignment {
-        self.longest = quotas.iter().map(|q| q.window).max().unwrap_or_default();
+        // A reload may lengthen a window: an ended grant counts for the longest ever seen.
+        let longest = quotas.iter().map(|q| q.window).max().unwrap_or_default();
+        self.longest = self.longest.max(longest);
         self.forget(now);
         self.reporters.insert(holder, now);
         let sharers = self.reporters.len() as u64;
-        let share = |q: &Quota| q.n / (sharers + 1);
-        let current = self
-            .grants
-            .iter()
-            .position(|g| g.holder == holder && g.end > now);
-        if let Some(i) = current {
+        // At least one token while the limit has one, even when that leaves nothing in reserve.
+        let share = |q: &Quota| (q.n / (sharers + 1)).max(q.n.min(1));
+        // The holder's assignment that Envoy surely still holds (its TTL runs from when Envoy
+        // read it, after it was sent); any older one Envoy has dropped or replaced.
+        let mut held = None;
+        for (i, grant) in self.grants.iter_mut().enumerate() {
+            if grant.holder == holder && grant.current {
+                if now + MARGIN < grant.sent + TTL {
+                    held = Some(i);
+                } else {
+                    grant.current = false;
+                }
+            }
+        }
+        if let Some(i) = held {
             let grant = self.grants[i];
             let within = quotas
                 .iter()
                 .all(|q| grant.bucket.weight(q.window) <= share(q));
-            // Within the share: grow to the whole share when there is room for it. Over it (an
-            // Envoy joined): shrink to what there is room for, the larger grant still counting
-            // for a window. Either is a replacement, which the room accounts for.
-            let next = self.bucket_within_room(now, quotas, &share, within);
-            match next {
-                Some(bucket) if bucket != grant.bucket => {
-                    self.grants[i].end = now;
-                    return self.grant(holder, bucket, now);
+            // Everything counted, this grant included, is within every limit: true since it was
+            // made, unless a reload lowered a limit.
+            let fits = quotas.iter().all(|q| self.held(now, q) <= q.n);
+            if within && fits {
+                // Grow to the whole share when there is room for it beside everything else.
+                match self.bucket_within_room(now, quotas, &share, true) {
+                    Some(bigger) if bigger != grant.bucket => {
+                        self.grants[i].current = false;
+                        return self.grant(holder, bigger, now);
+                    }
+                    _ => {
+                        self.grants[i].sent = now;
+                        self.grants[i].end = now + TTL + DELIVERY;
+                        return Assignment::Bucket(grant.bucket);
+                    }
                 }
-                _ if within => {
-                    // Renewed: it was counted in every check since it was made.
-                    self.grants[i].end = now + TTL + DELIVERY;
-                    return Assignment::Bucket(grant.bucket);
-                }
-                _ => return Assignment::Lapse,
             }
+            // Over the share (an Envoy joined) or the limit (a reload): replaced by what there is
+            // room for beside it, or denied. The old grant keeps counting until its own end: with
+            // no acknowledgement, Envoy may not have read the replacement.
+            self.grants[i].current = false;
         }
         match self.bucket_within_room(now, quotas, &share, false) {
             Some(bucket) => self.grant(holder, bucket, now),
             None => Assignment::DenyAll,
         }
+    }
+
+    /// The weights for `quota` of every grant that still counts at `now`.
+    fn held(&self, now: Duration, quota: &Quota) -> u64 {
+        self.grants
+            .iter()
+            .filter(|g| g.end + quota.window >= now)
+            .map(|g| g.bucket.weight(quota.window))
+            .sum()
     }
 
     /// Records a new grant of `bucket` to `holder` from `now`, for a TTL.
@@ -202,7 +238,9 @@ impl Ledger {
             holder,
             bucket,
             start: now,
+            sent: now,
             end: now + TTL + DELIVERY,
+            current: true,
         });
         Assignment::Bucket(bucket)
     }
@@ -218,13 +256,7 @@ impl Ledger {
     ) -> Option<TokenBucket> {
         let mut buckets = Vec::with_capacity(quotas.len());
         for quota in quotas {
-            let held: u64 = self
-                .grants
-                .iter()
-                .filter(|g| g.end + quota.window >= now)
-                .map(|g| g.bucket.weight(quota.window))
-                .sum();
-            let room = quota.n.saturating_sub(held);
+            let room = quota.n.saturating_sub(self.held(now, quota));
             let share = share(quota);
             if whole && room < share {
                 return None;
@@ -312,7 +344,7 @@ mod tests {
     /// half shrinks to the sixth left beside the two, and both end with a third, renewed
     /// unchanged.
     #[test]
-    fn envoys_that_join_get_a_share_at_once_and_larger_shares_lapse() {
+    fn envoys_that_join_get_a_share_at_once_and_larger_shares_shrink() {
         let quotas = [Quota {
             n: 120,
             window: 10 * S,
@@ -331,8 +363,13 @@ mod tests {
             panic!("the first Envoy's share shrinks to what is left");
         };
         assert!(shrunk.weight(10 * S) <= 20, "{shrunk:?}");
+        // Reported again before Envoy's TTL runs out: renewed unchanged.
+        assert_eq!(
+            ledger.assign(1, 12 * S, &quotas),
+            Assignment::Bucket(shrunk)
+        );
         let mut now = 10 * S;
-        let mut last = (Assignment::Lapse, Assignment::Lapse);
+        let mut last = (Assignment::DenyAll, Assignment::DenyAll);
         while now < 120 * S {
             now += 5 * S;
             last = (
