@@ -1,7 +1,7 @@
 //! The attacker of `bench/scripts/bench-attacks`: not a test but one ignored runner that keeps an
 //! attack of issue 25 (or a flood of distinct counters against the memory store's budget, or one
 //! of the two floods whose bounds issue 45 added) going for as long as asked, against a server
-//! already running, while the script measures a normal client. It lives apart from `hostile.rs`,
+//! already running, while the script measures a normal client. It lives apart from `hostile/`,
 //! whose tests check each attack once against a server of their own, because that file had passed
 //! 2,000 lines; the frame and connection helpers the two share stay there.
 
@@ -51,7 +51,7 @@ const WINDOW_UPDATE_TASKS: usize = 8;
 /// Not a test: an attack for as long as asked, against a server already running, for
 /// docs/benchmarks.md (a normal client's latency during each attack). `ATTACK` is one of
 /// `half-sent`, `window-0`, `silent`, `ping`, `settings`, `reset` (the attacks the tests of
-/// `hostile.rs` check once each), `key-flood`: calls for domain `bench` of 64 descriptors, each
+/// `hostile/` check once each), `key-flood`: calls for domain `bench` of 64 descriptors, each
 /// `k` = a distinct 4 KiB value, on [`FLOOD_CONNECTIONS`] connections, [`FLOOD_IN_FLIGHT`] at a
 /// time on each, each sent as soon as the one before it is answered (every value is a new
 /// counter, until the memory store's budget decides the calls over limit), or one of the floods
