@@ -20,7 +20,8 @@ pub struct BindError {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ListenSettings {
-    /// Address of the gRPC server (RateLimitService, health, reflection): HOST:PORT, or
+    /// Address of the gRPC server (RateLimitService, the Rate Limit Quota Service, health,
+    /// reflection): HOST:PORT, or
     /// unix:/path for a Unix domain socket (Envoy's `pipe` address).
     #[arg(long, env = "SLIDEGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     pub grpc_addr: Address,

@@ -80,7 +80,8 @@ struct Shared {
     limiter: Arc<RateLimiter>,
     ledgers: Mutex<Ledgers>,
     epoch: Instant,
-    next_stream: AtomicU64,
+    /// The number of the next bucket that appears on a stream: its holder in the ledgers.
+    next_holder: AtomicU64,
     /// Whether the per-replica bound was said (once, at the first stream on a shared store).
     said_per_replica: AtomicBool,
     logged: Mutex<HashSet<Vec<String>>>,
@@ -174,8 +175,6 @@ impl QuotaMetrics {
 enum Answer {
     Assign(Assignment),
     AllowAll,
-    /// Nothing (refused).
-    Silence,
     /// Idle for [`ABANDON_AFTER`]: Envoy forgets the bucket and stops reporting it.
     Abandon,
 }
@@ -186,18 +185,19 @@ enum Answer {
 /// after that makes a new bucket, assigned one round trip later.
 pub const ABANDON_AFTER: Duration = Duration::from_secs(60);
 
-/// One stream's buckets: the digest of each bucket id, when it last reported a request, and the
-/// number it was given when it appeared (a bucket abandoned and made again is another holder).
+/// One stream's buckets: the digest of each bucket id, when it last reported a request, and its
+/// holder in the ledgers. Each bucket of each stream holds its own grant (Envoy enforces each
+/// bucket apart, even when several bucket ids share a counter through a `share_threshold`
+/// wildcard); a bucket abandoned and made again is another holder.
 #[derive(Debug, Default)]
 struct StreamBuckets {
     active_at: HashMap<Digest, (Duration, u64)>,
-    made: u64,
 }
 
 /// What [`StreamBuckets::seen`] says of a bucket in a report.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
-    /// A bucket to answer: its number on this stream.
+    /// A bucket to answer: its holder.
     Live(u64),
     /// A new bucket over [`MAX_BUCKETS_PER_STREAM`].
     TooMany,
@@ -206,24 +206,25 @@ enum Seen {
 }
 
 impl StreamBuckets {
-    /// Records a report of bucket `id` at `now`, with requests in it or not.
-    fn seen(&mut self, id: Digest, requests: bool, now: Duration) -> Seen {
+    /// Records a report of bucket `id` at `now`, with requests in it or not; a new bucket's
+    /// holder is the next of `holders`.
+    fn seen(&mut self, id: Digest, requests: bool, now: Duration, holders: &AtomicU64) -> Seen {
         let known = self.active_at.len();
         match self.active_at.get_mut(&id) {
-            Some((at, number)) if requests => {
+            Some((at, holder)) if requests => {
                 *at = now;
-                Seen::Live(*number)
+                Seen::Live(*holder)
             }
             Some((at, _)) if now.saturating_sub(*at) >= ABANDON_AFTER => {
                 self.active_at.remove(&id);
                 Seen::Idle
             }
-            Some((_, number)) => Seen::Live(*number),
+            Some((_, holder)) => Seen::Live(*holder),
             None if known >= MAX_BUCKETS_PER_STREAM => Seen::TooMany,
             None => {
-                self.made += 1;
-                self.active_at.insert(id, (now, self.made));
-                Seen::Live(self.made)
+                let holder = holders.fetch_add(1, Ordering::Relaxed);
+                self.active_at.insert(id, (now, holder));
+                Seen::Live(holder)
             }
         }
     }
@@ -236,7 +237,7 @@ impl QuotaService {
                 limiter,
                 ledgers: Mutex::new(Ledgers::default()),
                 epoch: Instant::now(),
-                next_stream: AtomicU64::new(0),
+                next_holder: AtomicU64::new(0),
                 said_per_replica: AtomicBool::new(false),
                 logged: Mutex::new(HashSet::new()),
                 metrics: QuotaMetrics::new(metrics),
@@ -264,7 +265,6 @@ impl RateLimitQuotaService for QuotaService {
         let (answers, outbound) = mpsc::channel(4);
         let shared = Arc::clone(&self.shared);
         tokio::spawn(async move {
-            let stream = shared.next_stream.fetch_add(1, Ordering::Relaxed);
             let store = shared.limiter.store().kind();
             if store != "memory" && !shared.said_per_replica.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
@@ -276,7 +276,7 @@ impl RateLimitQuotaService for QuotaService {
             shared.metrics.streams.inc();
             let mut buckets = StreamBuckets::default();
             while let Ok(Some(report)) = reports.message().await {
-                let answer = shared.answer(stream, &report, &mut buckets);
+                let answer = shared.answer(&report, &mut buckets);
                 if !answer.bucket_action.is_empty() && answers.send(Ok(answer)).await.is_err() {
                     break;
                 }
@@ -291,10 +291,9 @@ impl RateLimitQuotaService for QuotaService {
 }
 
 impl Shared {
-    /// The answer to one report of `stream`, whose buckets are `buckets`.
+    /// The answer to one report of a stream whose buckets are `buckets`.
     fn answer(
         &self,
-        stream: u64,
         report: &RateLimitQuotaUsageReports,
         buckets: &mut StreamBuckets,
     ) -> RateLimitQuotaResponse {
@@ -307,13 +306,26 @@ impl Shared {
                 self.metrics.too_many.inc();
                 break;
             }
-            if !answered.insert(digest(sorted(id).iter().flat_map(|(k, v)| [*k, *v]))) {
+            if self.too_large(&report.domain, id) {
+                self.metrics.too_large.inc();
+                continue;
+            }
+            let entries = sorted(id);
+            let id_digest = digest(entries.iter().flat_map(|(k, v)| [*k, *v]));
+            if !answered.insert(id_digest) {
                 continue;
             }
             let requests = usage.num_requests_allowed > 0 || usage.num_requests_denied > 0;
-            let answer = self.bucket(stream, &report.domain, (id, requests), buckets);
+            let answer =
+                match buckets.seen(id_digest, requests, self.epoch.elapsed(), &self.next_holder) {
+                    Seen::Live(holder) => self.bucket(holder, &report.domain, &entries),
+                    Seen::TooMany => {
+                        self.metrics.too_many.inc();
+                        continue;
+                    }
+                    Seen::Idle => Answer::Abandon,
+                };
             let action = match answer {
-                Answer::Silence => continue,
                 Answer::Abandon => {
                     self.metrics.abandon.inc();
                     actions.push(BucketAction {
@@ -356,43 +368,22 @@ impl Shared {
         }
     }
 
-    /// What one bucket gets now.
-    fn bucket(
-        &self,
-        stream: u64,
-        domain: &str,
-        (id, requests): (&BucketId, bool),
-        buckets: &mut StreamBuckets,
-    ) -> Answer {
+    /// Whether a bucket id (or the domain) is over the request limits.
+    fn too_large(&self, domain: &str, id: &BucketId) -> bool {
         let limits = &self.limiter.options().limits;
-        let too_large = id.bucket.len() > limits.max_entries
+        id.bucket.len() > limits.max_entries
             || domain.len() > limits.max_value_bytes
             || (id.bucket.iter())
-                .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes);
-        if too_large {
-            self.metrics.too_large.inc();
-            return Answer::Silence;
-        }
-        let entries = sorted(id);
-        let id_digest = digest(entries.iter().flat_map(|(k, v)| [*k, *v]));
-        // Each bucket of each stream holds its own grant: Envoy enforces each bucket apart, even
-        // when several bucket ids share a counter (a `share_threshold` wildcard).
-        let holder = match buckets.seen(id_digest, requests, self.epoch.elapsed()) {
-            Seen::Live(number) => {
-                let id = digest([stream.to_string().as_str(), number.to_string().as_str()]);
-                u64::from_le_bytes([id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7]])
-            }
-            Seen::TooMany => {
-                self.metrics.too_many.inc();
-                return Answer::Silence;
-            }
-            Seen::Idle => return Answer::Abandon,
-        };
+                .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes)
+    }
+
+    /// What the bucket of `holder`, with these (sorted) entries, gets now.
+    fn bucket(&self, holder: u64, domain: &str, entries: &[(&str, &str)]) -> Answer {
         let rules = self.limiter.rules().load();
         let Some(domain_rules) = rules.domain(domain) else {
             return Answer::AllowAll;
         };
-        let order = match domain_rules.bucket_order(&entries) {
+        let order = match domain_rules.bucket_order(entries) {
             BucketOrder::None => return Answer::AllowAll,
             // A bucket id shaped to outlast the search is denied, never let through.
             BucketOrder::Unsettled => {
@@ -488,30 +479,31 @@ mod tests {
     #[test]
     fn idle_buckets_are_abandoned_and_a_stream_holds_a_bounded_number() {
         let mut buckets = StreamBuckets::default();
+        let holders = AtomicU64::new(1);
         let (idle, busy) = (digest(["idle"]), digest(["busy"]));
         let at = Duration::from_secs;
-        assert_eq!(buckets.seen(idle, true, at(0)), Seen::Live(1));
-        assert_eq!(buckets.seen(busy, true, at(0)), Seen::Live(2));
-        assert_eq!(buckets.seen(idle, false, at(30)), Seen::Live(1));
-        assert_eq!(buckets.seen(busy, true, at(55)), Seen::Live(2));
-        assert_eq!(buckets.seen(idle, false, at(60)), Seen::Idle);
-        assert_eq!(buckets.seen(busy, false, at(100)), Seen::Live(2));
-        assert_eq!(buckets.seen(busy, false, at(115)), Seen::Idle);
+        assert_eq!(buckets.seen(idle, true, at(0), &holders), Seen::Live(1));
+        assert_eq!(buckets.seen(busy, true, at(0), &holders), Seen::Live(2));
+        assert_eq!(buckets.seen(idle, false, at(30), &holders), Seen::Live(1));
+        assert_eq!(buckets.seen(busy, true, at(55), &holders), Seen::Live(2));
+        assert_eq!(buckets.seen(idle, false, at(60), &holders), Seen::Idle);
+        assert_eq!(buckets.seen(busy, false, at(100), &holders), Seen::Live(2));
+        assert_eq!(buckets.seen(busy, false, at(115), &holders), Seen::Idle);
         assert_eq!(
-            buckets.seen(idle, false, at(120)),
+            buckets.seen(idle, false, at(120), &holders),
             Seen::Live(3),
             "a new bucket, another holder"
         );
         for i in 1..MAX_BUCKETS_PER_STREAM {
-            let new = buckets.seen(digest([i.to_string().as_str()]), true, at(121));
+            let new = buckets.seen(digest([i.to_string().as_str()]), true, at(121), &holders);
             assert!(matches!(new, Seen::Live(_)), "{new:?}");
         }
         assert_eq!(
-            buckets.seen(digest(["one more"]), true, at(121)),
+            buckets.seen(digest(["one more"]), true, at(121), &holders),
             Seen::TooMany
         );
         assert_eq!(
-            buckets.seen(idle, true, at(121)),
+            buckets.seen(idle, true, at(121), &holders),
             Seen::Live(3),
             "a known one"
         );
