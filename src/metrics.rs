@@ -39,7 +39,8 @@
 //! | `slidegate_serving` | gauge | | 1 while this process is SERVING (gRPC health and `/healthcheck`), else 0 |
 //! | `slidegate_rlqs_streams` | gauge | | open RLQS streams (`StreamRateLimitQuotas`, one per Envoy) |
 //! | `slidegate_rlqs_assignments_total` | counter | `action` (`token_bucket`, `allow_all`, `deny_all`, `abandon`) | RLQS bucket answers: a token bucket, `ALLOW_ALL` (no limit), `DENY_ALL` (no room in the ledger yet), or abandoned after a minute without requests |
-//! | `slidegate_rlqs_buckets_refused_total` | counter | `reason` (`too_many`, `too_large`, `too_complex`) | RLQS buckets not assigned: over the buckets per stream or in all, or a bucket id over the request limits; or denied because the search for its rule ran out (`too_complex`) |
+//! | `slidegate_rlqs_streams_refused_total` | counter | | RLQS streams refused `RESOURCE_EXHAUSTED`: their peer held the most streams one peer may open (64) |
+//! | `slidegate_rlqs_buckets_refused_total` | counter | `reason` (`too_many`, `too_many_from_peer`, `too_large`, `too_complex`) | RLQS buckets not assigned: over the buckets per stream or in all, or a bucket id over the request limits; or denied because its peer made the most ledgers one peer may (`too_many_from_peer`) or the search for its rule ran out (`too_complex`) |
 //! | `slidegate_rlqs_ambiguous_buckets_total` | counter | | RLQS bucket ids whose entries reach a limit in more than one order (the first in key order is taken) |
 //! | `slidegate_store_up` | gauge | `store` (`memory`, `redis`, `redis-cluster`, `redis-sentinel`) | 1 while the store answers its health probe, else 0 |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |

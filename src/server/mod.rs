@@ -340,7 +340,7 @@ async fn serve_grpc(
                         let secured = tls::secure(tls.as_deref(), io, peer, Listener::Grpc, timeout);
                         if let Some(io) = secured.await {
                             let caller = serving.name_callers.then(|| Caller::new(peer));
-                            let served = grpc_port::serve_connection(Metered::new(io), app, serving, preface_by, caller);
+                            let served = grpc_port::serve_connection(Metered::new(io), app, serving, preface_by, (peer.key(), caller));
                             if let Err(error) = served.await {
                                 tracing::debug!(%error, "gRPC connection ended");
                             }

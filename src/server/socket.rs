@@ -8,12 +8,14 @@
 
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+pub use crate::service::PeerKey;
 
 /// A listener's address: `HOST:PORT` or `unix:/path/to/socket`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,14 +163,6 @@ impl Bound {
 pub enum Peer {
     Ip(SocketAddr),
     Local { pid: Option<i32> },
-}
-
-/// What the per-peer connection cap counts by: the IP address, or over a Unix socket the
-/// process (each local proxy is a peer of its own, like a proxy on another host).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PeerKey {
-    Ip(IpAddr),
-    Process(Option<i32>),
 }
 
 impl Peer {

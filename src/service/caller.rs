@@ -6,6 +6,7 @@
 //! a reference to the one name, never a copy of it.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// The caller of a request; see the module docs.
@@ -26,4 +27,13 @@ impl fmt::Display for Caller {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// Who a connection is from, as the per-peer bounds count it: the IP address, or over a Unix
+/// socket the process (each local proxy is a peer of its own, like a proxy on another host). The
+/// gRPC port hands it to the services it serves through tonic as a request extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerKey {
+    Ip(IpAddr),
+    Process(Option<i32>),
 }

@@ -20,7 +20,7 @@
 use crate::config::Unit;
 use crate::limiter::{Descriptor, LimitError, LimitOverride, RateLimiter, Request, Response};
 use crate::telemetry::DecisionSpan;
-pub use caller::Caller;
+pub use caller::{Caller, PeerKey};
 
 pub mod caller;
 pub mod check;

@@ -75,6 +75,7 @@ pub mod clock;
 pub mod form;
 pub mod key;
 pub mod memory;
+pub mod quota;
 pub mod redis;
 pub mod work;
 

@@ -32,6 +32,7 @@ mod ratelimit_prometheus;
 mod reload;
 mod response_metadata;
 mod rlqs;
+mod rlqs_bounds;
 mod service;
 mod start_log;
 mod tls;

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::support::{Slidegate, metric_value};
 
-const RULES: &str = "domain: rlqs
+pub(crate) const RULES: &str = "domain: rlqs
 descriptors:
   - key: user
     rate_limit: { unit: second, unit_multiplier: 10, requests_per_unit: 120 }
@@ -30,7 +30,7 @@ descriptors:
     rate_limit: { unit: second, requests_per_unit: 1 }
 ";
 
-fn bucket(entries: &[(&str, &str)]) -> BucketId {
+pub(crate) fn bucket(entries: &[(&str, &str)]) -> BucketId {
     BucketId {
         bucket: entries
             .iter()
@@ -40,27 +40,33 @@ fn bucket(entries: &[(&str, &str)]) -> BucketId {
 }
 
 /// An Envoy's stream: reports go in, answers come out.
-struct Envoy {
+pub(crate) struct Envoy {
     reports: mpsc::Sender<RateLimitQuotaUsageReports>,
     answers: tonic::Streaming<RateLimitQuotaResponse>,
 }
 
 impl Envoy {
     async fn connect(server: &Slidegate) -> Envoy {
-        let mut client = RateLimitQuotaServiceClient::new(server.channel().await);
+        Envoy::open(server.channel().await)
+            .await
+            .expect("StreamRateLimitQuotas")
+    }
+
+    /// A stream on `channel`, or the status it was refused with.
+    pub(crate) async fn open(channel: tonic::transport::Channel) -> Result<Envoy, tonic::Status> {
+        let mut client = RateLimitQuotaServiceClient::new(channel);
         let (reports, outbound) = mpsc::channel(4);
         let outbound = tokio_stream::wrappers::ReceiverStream::new(outbound);
         let answers = client
             .stream_rate_limit_quotas(outbound)
-            .await
-            .expect("StreamRateLimitQuotas")
+            .await?
             .into_inner();
-        Envoy { reports, answers }
+        Ok(Envoy { reports, answers })
     }
 
     /// Reports one request allowed in each of `buckets`; the answer's action for each bucket
     /// answered.
-    async fn report(&mut self, buckets: &[BucketId]) -> Vec<(BucketId, Action)> {
+    pub(crate) async fn report(&mut self, buckets: &[BucketId]) -> Vec<(BucketId, Action)> {
         let report = RateLimitQuotaUsageReports {
             domain: "rlqs".to_owned(),
             bucket_quota_usages: buckets
@@ -94,7 +100,7 @@ impl Envoy {
 
 /// The strategy of an assignment: (max_tokens, tokens_per_fill, fill_interval seconds) of a
 /// token bucket, or the blanket rule.
-fn strategy(action: &Action) -> Result<(u32, u32, i64), BlanketRule> {
+pub(crate) fn strategy(action: &Action) -> Result<(u32, u32, i64), BlanketRule> {
     let Action::QuotaAssignmentAction(assignment) = action else {
         panic!("an assignment, not {action:?}");
     };

@@ -176,6 +176,23 @@ impl Slidegate {
             .expect("connect gRPC")
     }
 
+    /// A gRPC channel to the server from the local address `from` (127.0.0.2, say: another peer
+    /// than 127.0.0.1 for what the server bounds per peer).
+    pub async fn channel_from(&self, from: std::net::IpAddr) -> tonic::transport::Channel {
+        let to = std::net::SocketAddr::from(([127, 0, 0, 1], self.grpc_port));
+        let connector = tower::service_fn(move |_: http::Uri| async move {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind((from, 0).into())?;
+            let stream = socket.connect(to).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+        });
+        tonic::transport::Endpoint::from_shared(self.grpc_uri())
+            .expect("uri")
+            .connect_with_connector(connector)
+            .await
+            .expect("connect gRPC")
+    }
+
     /// A RateLimitService client on a new channel.
     pub async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
         RateLimitServiceClient::new(self.channel().await)

@@ -17,15 +17,19 @@ use tonic::service::Routes;
 
 use super::call::shutting_down;
 use super::framing::{send_status, status_trailers};
+use crate::service::PeerKey;
 
 /// Any other method: hand the stream to tonic's routes and copy their answer back. A stream still
 /// open when the drain ends gets `UNAVAILABLE` (in trailers, if its answer had begun).
 pub(super) async fn bridge(
     routes: Routes,
-    request: http::Request<RecvStream>,
+    mut request: http::Request<RecvStream>,
+    peer: PeerKey,
     mut respond: SendResponse<Bytes>,
     drain_over: watch::Receiver<bool>,
 ) {
+    // The peer, for a service that bounds what one peer holds (RLQS streams and buckets).
+    request.extensions_mut().insert(peer);
     let mut stream = None;
     let drained = {
         let work = bridge_answer(routes, request, &mut respond, &mut stream);

@@ -24,7 +24,7 @@ use super::{
     CONNECTION_BUDGET, Call, CallLimits, GrpcApp, MAX_CONCURRENT_CALLS, MAX_QUEUED_REPLY, Serving,
 };
 use crate::server::budget::ConnectionBudget;
-use crate::service::Caller;
+use crate::service::{Caller, PeerKey};
 
 /// The times a connection is held to.
 #[derive(Clone, Copy, Debug)]
@@ -38,13 +38,14 @@ struct Timing {
 
 /// Serves one HTTP/2 connection until the client closes it, until it breaks a limit, or until
 /// `stop` (then it sends GOAWAY and finishes the calls in flight). The client's preface must
-/// arrive by `preface_by` (the handshake timeout from accept, a TLS handshake included).
+/// arrive by `preface_by` (the handshake timeout from accept, a TLS handshake included). `from`
+/// is the peer, and its name where callers are named.
 pub async fn serve_connection<IO>(
     io: IO,
     app: GrpcApp,
     serving: Serving,
     preface_by: tokio::time::Instant,
-    caller: Option<Caller>,
+    from: (PeerKey, Option<Caller>),
 ) -> Result<(), h2::Error>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
@@ -61,7 +62,8 @@ where
         max_age: serving.limits.grpc_max_connection_age,
         max_age_grace: serving.limits.grpc_max_connection_age_grace,
     };
-    let start = |request, respond| app.call(request, respond, &limits, caller.as_ref());
+    let (peer, caller) = from;
+    let start = |request, respond| app.call(request, respond, &limits, peer, caller.as_ref());
     serve_calls(io, start, serving.stop, timing).await
 }
 

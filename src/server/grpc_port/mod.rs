@@ -43,8 +43,8 @@ use tonic::service::Routes;
 
 use super::budget::ConnectionBudget;
 use super::limits::ServerLimits;
-use crate::service::Caller;
 use crate::service::rls::{GrpcService, RequestBytes, SHOULD_RATE_LIMIT};
+use crate::service::{Caller, PeerKey};
 use bridge::bridge;
 use call::{refuse, unary};
 
@@ -96,6 +96,7 @@ impl GrpcApp {
         request: http::Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
         limits: &CallLimits,
+        peer: PeerKey,
         caller: Option<&Caller>,
     ) -> Call {
         if let Some(refusal) = refuse(&request) {
@@ -129,6 +130,7 @@ impl GrpcApp {
             Box::pin(bridge(
                 self.others.clone(),
                 request,
+                peer,
                 respond,
                 limits.drain_over.clone(),
             ))

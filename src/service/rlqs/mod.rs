@@ -10,20 +10,25 @@
 //! `slidegate_rlqs_ambiguous_buckets_total`. A bucket that reaches no limit, a shadow rule and an
 //! `unlimited` rule are assigned `ALLOW_ALL`. Every limit of the rule is held at once.
 //!
-//! **Assignments** come from [`quota::Ledger`], which states and keeps the bound: all Envoys of
-//! this slidegate together admit at most each limit in any window. The ledgers live in this
-//! process: with several replicas each holds the bound for the Envoys connected to it.
+//! **Assignments** come from the store's quota ledgers ([`crate::store::quota`]), which state and
+//! keep the bound: all Envoys of this slidegate together admit at most each limit in any window.
+//! The ledgers live in this process: with several replicas each holds the bound for the Envoys
+//! connected to it.
 //!
 //! **Serving.** The stream goes through tonic's routes beside health and reflection (the gRPC
 //! port's fast path serves only `ShouldRateLimit`), on the same listener with the same TLS. A
 //! stream with a call in flight keeps its connection out of the idle timeout; the connection's
 //! maximum age ends it (Envoy reopens on its next report); on shutdown the drain answers it
-//! `UNAVAILABLE`. A bucket that reports no request for [`ABANDON_AFTER`] is abandoned. A report is at most [`MAX_REPORT_BYTES`]; a stream holds at most
-//! [`MAX_BUCKETS_PER_STREAM`] buckets and the process [`MAX_BUCKETS`]; a bucket id over the
-//! request limits (entries, key and value lengths) is not assigned (Envoy keeps its
-//! `no_assignment_behavior`): each refusal is counted.
-
-pub mod quota;
+//! `UNAVAILABLE`. A bucket that reports no request for [`ABANDON_AFTER`] is abandoned.
+//!
+//! **Bounds.** A report is at most [`MAX_REPORT_BYTES`]. One peer (an IP address, or a process
+//! over a Unix socket) holds at most [`MAX_STREAMS_PER_PEER`] streams (another is refused
+//! `RESOURCE_EXHAUSTED`); a stream holds at most [`MAX_BUCKETS_PER_STREAM`] buckets; the process
+//! keeps at most [`MAX_BUCKETS`] ledgers, of which one peer makes at most
+//! [`MAX_BUCKETS_PER_PEER`], so one client cannot fill them for the others (a new bucket over
+//! either is denied until idle ledgers are dropped). A bucket id over the request limits
+//! (entries, key and value lengths) is not assigned (Envoy keeps its `no_assignment_behavior`).
+//! Each refusal is counted.
 
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
@@ -50,10 +55,11 @@ use prometheus::{IntCounter, IntGauge};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::PeerKey;
 use crate::config::BucketOrder;
 use crate::limiter::RateLimiter;
 use crate::metrics::Metrics;
-use quota::{Assignment, Ledger, Quota, TTL};
+use crate::store::quota::{Assignment, Full, LedgerKey, Quota, QuotaLedgers, TTL, ledger_key};
 
 /// The largest report message read.
 pub const MAX_REPORT_BYTES: usize = 1 << 20;
@@ -65,7 +71,13 @@ pub const MAX_BUCKETS_PER_STREAM: usize = 4096;
 /// client shapes must not skip its limit) until idle ones are dropped.
 pub const MAX_BUCKETS: usize = 100_000;
 
-const SECOND: Duration = Duration::from_secs(1);
+/// The most ledgers one peer's buckets make (a ledger outlives its buckets by a window): room for
+/// a few streams' worth, and a tenth of [`MAX_BUCKETS`], so filling them takes ten peers.
+pub const MAX_BUCKETS_PER_PEER: usize = 4 * MAX_BUCKETS_PER_STREAM;
+
+/// The most streams open from one peer. An Envoy opens one per `rate_limit_quota` filter
+/// configuration (and RLQS server), however many workers it runs.
+pub const MAX_STREAMS_PER_PEER: usize = 64;
 
 /// The most distinct key sets whose ambiguous order is logged (then only counted).
 const MAX_LOGGED_AMBIGUITIES: usize = 64;
@@ -78,7 +90,9 @@ pub struct QuotaService {
 
 struct Shared {
     limiter: Arc<RateLimiter>,
-    ledgers: Mutex<Ledgers>,
+    ledgers: QuotaLedgers<Option<PeerKey>>,
+    /// Open streams by peer (no peer: served without the gRPC port, in one count).
+    streams: Mutex<HashMap<Option<PeerKey>, usize>>,
     epoch: Instant,
     /// The number of the next bucket that appears on a stream: its holder in the ledgers.
     next_holder: AtomicU64,
@@ -88,39 +102,15 @@ struct Shared {
     metrics: QuotaMetrics,
 }
 
-/// The ledgers, by the digest of their bucket's counter (domain and counter entries): 32 bytes
-/// a bucket whatever the size of its id, and no id reaches another's ledger.
-#[derive(Default)]
-struct Ledgers {
-    by_bucket: HashMap<Digest, Ledger>,
-    /// Assignments since the last sweep of idle ledgers.
-    since_sweep: usize,
-    /// When the last sweep was (full, a sweep happens at most once a second).
-    last_sweep: Duration,
-}
-
-type Digest = [u8; 32];
-
-/// SHA-256 of `parts`, each after its length (a key or value may hold any byte, a NUL too: no
-/// two lists of parts are written the same).
-fn digest<'a>(parts: impl IntoIterator<Item = &'a str>) -> Digest {
-    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
-    for part in parts {
-        context.update(&(part.len() as u64).to_le_bytes());
-        context.update(part.as_bytes());
-    }
-    let mut out = [0; 32];
-    out.copy_from_slice(context.finish().as_ref());
-    out
-}
-
 struct QuotaMetrics {
     streams: IntGauge,
+    streams_refused: IntCounter,
     token_bucket: IntCounter,
     allow_all: IntCounter,
     deny_all: IntCounter,
     abandon: IntCounter,
     too_many: IntCounter,
+    too_many_from_peer: IntCounter,
     too_large: IntCounter,
     too_complex: IntCounter,
     ambiguous: IntCounter,
@@ -141,8 +131,8 @@ impl QuotaMetrics {
             .counter_vec(
                 "slidegate_rlqs_buckets_refused_total",
                 "RLQS buckets not assigned (or denied), by reason: too_many (per stream or in \
-                 all), too_large (a bucket id over the request limits), too_complex (its order \
-                 search ran out: denied).",
+                 all), too_many_from_peer (the ledgers one peer may make), too_large (a bucket id \
+                 over the request limits), too_complex (its order search ran out: denied).",
                 &["reason"],
             )
             .expect("metric definitions are valid");
@@ -153,11 +143,19 @@ impl QuotaMetrics {
                     "Open RLQS streams (StreamRateLimitQuotas).",
                 )
                 .expect("metric definitions are valid"),
+            streams_refused: metrics
+                .counter(
+                    "slidegate_rlqs_streams_refused_total",
+                    "RLQS streams refused RESOURCE_EXHAUSTED: their peer held the most streams \
+                     one peer may open.",
+                )
+                .expect("metric definitions are valid"),
             token_bucket: assignments.with_label_values(&["token_bucket"]),
             allow_all: assignments.with_label_values(&["allow_all"]),
             deny_all: assignments.with_label_values(&["deny_all"]),
             abandon: assignments.with_label_values(&["abandon"]),
             too_many: refused.with_label_values(&["too_many"]),
+            too_many_from_peer: refused.with_label_values(&["too_many_from_peer"]),
             too_large: refused.with_label_values(&["too_large"]),
             too_complex: refused.with_label_values(&["too_complex"]),
             ambiguous: metrics
@@ -191,7 +189,7 @@ pub const ABANDON_AFTER: Duration = Duration::from_secs(60);
 /// wildcard); a bucket abandoned and made again is another holder.
 #[derive(Debug, Default)]
 struct StreamBuckets {
-    active_at: HashMap<Digest, (Duration, u64)>,
+    active_at: HashMap<LedgerKey, (Duration, u64)>,
 }
 
 /// What [`StreamBuckets::seen`] says of a bucket in a report.
@@ -208,7 +206,7 @@ enum Seen {
 impl StreamBuckets {
     /// Records a report of bucket `id` at `now`, with requests in it or not; a new bucket's
     /// holder is the next of `holders`.
-    fn seen(&mut self, id: Digest, requests: bool, now: Duration, holders: &AtomicU64) -> Seen {
+    fn seen(&mut self, id: LedgerKey, requests: bool, now: Duration, holders: &AtomicU64) -> Seen {
         let known = self.active_at.len();
         match self.active_at.get_mut(&id) {
             Some((at, holder)) if requests => {
@@ -235,7 +233,8 @@ impl QuotaService {
         QuotaService {
             shared: Arc::new(Shared {
                 limiter,
-                ledgers: Mutex::new(Ledgers::default()),
+                ledgers: QuotaLedgers::new(MAX_BUCKETS, MAX_BUCKETS_PER_PEER),
+                streams: Mutex::new(HashMap::new()),
                 epoch: Instant::now(),
                 next_holder: AtomicU64::new(0),
                 said_per_replica: AtomicBool::new(false),
@@ -261,10 +260,13 @@ impl RateLimitQuotaService for QuotaService {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Answers>, Status> {
+        let peer = request.extensions().get::<PeerKey>().copied();
+        let open = StreamTicket::take(&self.shared, peer)?;
         let mut reports = request.into_inner();
         let (answers, outbound) = mpsc::channel(4);
         let shared = Arc::clone(&self.shared);
         tokio::spawn(async move {
+            let _open = open;
             let store = shared.limiter.store().kind();
             if store != "memory" && !shared.said_per_replica.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
@@ -273,15 +275,13 @@ impl RateLimitQuotaService for QuotaService {
                      several replicas, their Envoys together can admit a limit once per replica"
                 );
             }
-            shared.metrics.streams.inc();
             let mut buckets = StreamBuckets::default();
             while let Ok(Some(report)) = reports.message().await {
-                let answer = shared.answer(&report, &mut buckets);
+                let answer = shared.answer(&report, peer, &mut buckets);
                 if !answer.bucket_action.is_empty() && answers.send(Ok(answer)).await.is_err() {
                     break;
                 }
             }
-            shared.metrics.streams.dec();
         });
         let outbound = futures::stream::unfold(outbound, |mut outbound| async move {
             outbound.recv().await.map(|answer| (answer, outbound))
@@ -290,11 +290,50 @@ impl RateLimitQuotaService for QuotaService {
     }
 }
 
+/// One open stream of a peer: counted while it lives, in the gauge and against its peer's cap.
+struct StreamTicket {
+    shared: Arc<Shared>,
+    peer: Option<PeerKey>,
+}
+
+impl StreamTicket {
+    fn take(shared: &Arc<Shared>, peer: Option<PeerKey>) -> Result<StreamTicket, Status> {
+        let mut streams = shared.streams.lock();
+        let open = streams.entry(peer).or_default();
+        if *open >= MAX_STREAMS_PER_PEER {
+            shared.metrics.streams_refused.inc();
+            return Err(Status::resource_exhausted(format!(
+                "this peer holds {MAX_STREAMS_PER_PEER} RLQS streams, the most one peer may open"
+            )));
+        }
+        *open += 1;
+        shared.metrics.streams.inc();
+        Ok(StreamTicket {
+            shared: Arc::clone(shared),
+            peer,
+        })
+    }
+}
+
+impl Drop for StreamTicket {
+    fn drop(&mut self) {
+        self.shared.metrics.streams.dec();
+        let mut streams = self.shared.streams.lock();
+        if let Some(open) = streams.get_mut(&self.peer) {
+            *open -= 1;
+            if *open == 0 {
+                streams.remove(&self.peer);
+            }
+        }
+    }
+}
+
 impl Shared {
-    /// The answer to one report of a stream whose buckets are `buckets`.
+    /// The answer to one report of a stream of `peer` whose buckets are `buckets`.
     fn answer(
         &self,
         report: &RateLimitQuotaUsageReports,
+        peer: Option<PeerKey>,
         buckets: &mut StreamBuckets,
     ) -> RateLimitQuotaResponse {
         let mut actions = Vec::new();
@@ -311,14 +350,14 @@ impl Shared {
                 continue;
             }
             let entries = sorted(id);
-            let id_digest = digest(entries.iter().flat_map(|(k, v)| [*k, *v]));
+            let id_digest = ledger_key(entries.iter().flat_map(|(k, v)| [*k, *v]));
             if !answered.insert(id_digest) {
                 continue;
             }
             let requests = usage.num_requests_allowed > 0 || usage.num_requests_denied > 0;
             let answer =
                 match buckets.seen(id_digest, requests, self.epoch.elapsed(), &self.next_holder) {
-                    Seen::Live(holder) => self.bucket(holder, &report.domain, &entries),
+                    Seen::Live(holder) => self.bucket(holder, peer, &report.domain, &entries),
                     Seen::TooMany => {
                         self.metrics.too_many.inc();
                         continue;
@@ -377,8 +416,14 @@ impl Shared {
                 .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes)
     }
 
-    /// What the bucket of `holder`, with these (sorted) entries, gets now.
-    fn bucket(&self, holder: u64, domain: &str, entries: &[(&str, &str)]) -> Answer {
+    /// What the bucket of `holder` (a bucket of `peer`), with these (sorted) entries, gets now.
+    fn bucket(
+        &self,
+        holder: u64,
+        peer: Option<PeerKey>,
+        domain: &str,
+        entries: &[(&str, &str)],
+    ) -> Answer {
         let rules = self.limiter.rules().load();
         let Some(domain_rules) = rules.domain(domain) else {
             return Answer::AllowAll;
@@ -411,22 +456,19 @@ impl Shared {
             .collect();
         let counter = std::iter::once(domain)
             .chain((matched.counter_entries.iter()).flat_map(|(k, v)| [*k, *v]));
-        let key = digest(counter);
+        let key = ledger_key(counter);
         let now = self.epoch.elapsed();
-        let mut ledgers = self.ledgers.lock();
-        ledgers.since_sweep += 1;
-        let full = ledgers.by_bucket.len() >= MAX_BUCKETS;
-        if ledgers.since_sweep >= 1024 || (full && now >= ledgers.last_sweep + SECOND) {
-            ledgers.since_sweep = 0;
-            ledgers.last_sweep = now;
-            ledgers.by_bucket.retain(|_, ledger| !ledger.is_idle(now));
+        match self.ledgers.assign(key, holder, peer, now, &quotas) {
+            Ok(assignment) => Answer::Assign(assignment),
+            // A bucket a client shapes must not skip its limit: denied until there is room.
+            Err(full) => {
+                match full {
+                    Full::All => self.metrics.too_many.inc(),
+                    Full::Peer => self.metrics.too_many_from_peer.inc(),
+                }
+                Answer::Assign(Assignment::DenyAll)
+            }
         }
-        if !ledgers.by_bucket.contains_key(&key) && ledgers.by_bucket.len() >= MAX_BUCKETS {
-            self.metrics.too_many.inc();
-            return Answer::Assign(Assignment::DenyAll);
-        }
-        let ledger = ledgers.by_bucket.entry(key).or_default();
-        Answer::Assign(ledger.assign(holder, now, &quotas))
     }
 
     /// Logs the first time a set of keys reaches a limit in several orders.
@@ -480,7 +522,7 @@ mod tests {
     fn idle_buckets_are_abandoned_and_a_stream_holds_a_bounded_number() {
         let mut buckets = StreamBuckets::default();
         let holders = AtomicU64::new(1);
-        let (idle, busy) = (digest(["idle"]), digest(["busy"]));
+        let (idle, busy) = (ledger_key(["idle"]), ledger_key(["busy"]));
         let at = Duration::from_secs;
         assert_eq!(buckets.seen(idle, true, at(0), &holders), Seen::Live(1));
         assert_eq!(buckets.seen(busy, true, at(0), &holders), Seen::Live(2));
@@ -495,11 +537,16 @@ mod tests {
             "a new bucket, another holder"
         );
         for i in 1..MAX_BUCKETS_PER_STREAM {
-            let new = buckets.seen(digest([i.to_string().as_str()]), true, at(121), &holders);
+            let new = buckets.seen(
+                ledger_key([i.to_string().as_str()]),
+                true,
+                at(121),
+                &holders,
+            );
             assert!(matches!(new, Seen::Live(_)), "{new:?}");
         }
         assert_eq!(
-            buckets.seen(digest(["one more"]), true, at(121), &holders),
+            buckets.seen(ledger_key(["one more"]), true, at(121), &holders),
             Seen::TooMany
         );
         assert_eq!(
@@ -507,15 +554,5 @@ mod tests {
             Seen::Live(3),
             "a known one"
         );
-    }
-
-    /// A bucket id cannot be shaped to reach another bucket's ledger: parts are told apart by
-    /// their lengths, whatever bytes they hold.
-    #[test]
-    fn digests_tell_every_list_of_parts_apart() {
-        assert_ne!(digest(["a\0b", "c"]), digest(["a", "b\0c"]));
-        assert_ne!(digest(["ab", ""]), digest(["a", "b"]));
-        assert_ne!(digest(["d", "k", "v"]), digest(["d", "k"]));
-        assert_eq!(digest(["d", "k", "v"]), digest(["d", "k", "v"]));
     }
 }
