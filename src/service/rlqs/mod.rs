@@ -45,6 +45,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
 };
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
@@ -59,7 +60,9 @@ use super::PeerKey;
 use crate::config::BucketOrder;
 use crate::limiter::RateLimiter;
 use crate::metrics::Metrics;
-use crate::store::quota::{Assignment, Full, LedgerKey, Quota, QuotaLedgers, TTL, ledger_key};
+use crate::store::quota::{
+    Assignment, Full, LedgerKey, Quota, QuotaLedgers, TTL, Usage, ledger_key,
+};
 
 /// The largest report message read.
 pub const MAX_REPORT_BYTES: usize = 1 << 20;
@@ -357,7 +360,9 @@ impl Shared {
             let requests = usage.num_requests_allowed > 0 || usage.num_requests_denied > 0;
             let answer =
                 match buckets.seen(id_digest, requests, self.epoch.elapsed(), &self.next_holder) {
-                    Seen::Live(holder) => self.bucket(holder, peer, &report.domain, &entries),
+                    Seen::Live(holder) => {
+                        self.bucket((holder, peer), reported(usage), &report.domain, &entries)
+                    }
                     Seen::TooMany => {
                         self.metrics.too_many.inc();
                         continue;
@@ -416,11 +421,12 @@ impl Shared {
                 .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes)
     }
 
-    /// What the bucket of `holder` (a bucket of `peer`), with these (sorted) entries, gets now.
+    /// What the bucket of `holder` (a bucket of `peer`), with these (sorted) entries and this
+    /// usage reported, gets now.
     fn bucket(
         &self,
-        holder: u64,
-        peer: Option<PeerKey>,
+        holder: (u64, Option<PeerKey>),
+        usage: Usage,
         domain: &str,
         entries: &[(&str, &str)],
     ) -> Answer {
@@ -458,7 +464,7 @@ impl Shared {
             .chain((matched.counter_entries.iter()).flat_map(|(k, v)| [*k, *v]));
         let key = ledger_key(counter);
         let now = self.epoch.elapsed();
-        match self.ledgers.assign(key, holder, peer, now, &quotas) {
+        match self.ledgers.assign(key, holder, now, usage, &quotas) {
             Ok(assignment) => Answer::Assign(assignment),
             // A bucket a client shapes must not skip its limit: denied until there is room.
             Err(full) => {
@@ -488,6 +494,19 @@ impl Shared {
                  in key order is used"
             );
         }
+    }
+}
+
+/// What a report says of one bucket, as the ledger keeps it.
+fn reported(usage: &BucketQuotaUsage) -> Usage {
+    let elapsed = usage.time_elapsed.map(|d| {
+        let secs = u64::try_from(d.seconds).unwrap_or(0);
+        Duration::new(secs, u32::try_from(d.nanos).unwrap_or(0).min(999_999_999))
+    });
+    Usage {
+        allowed: usage.num_requests_allowed,
+        denied: usage.num_requests_denied,
+        elapsed: elapsed.unwrap_or_default(),
     }
 }
 

@@ -153,12 +153,29 @@ pub struct Grant {
     pub current: bool,
 }
 
+/// What an Envoy reported of a bucket in one report: the requests it allowed and denied since its
+/// previous report, `elapsed` ago. Kept beside the grants for shares that follow demand; the
+/// bound never depends on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub allowed: u64,
+    pub denied: u64,
+    pub elapsed: Duration,
+}
+
+/// One Envoy's (stream's) last report of a bucket: when, and what it said.
+#[derive(Clone, Copy, Debug)]
+struct Reporter {
+    at: Duration,
+    usage: Usage,
+}
+
 /// The grants and reporters of one bucket (see the module docs).
 #[derive(Debug, Default)]
 pub struct Ledger {
     grants: Vec<Grant>,
-    /// Each Envoy (stream) that reported the bucket, and when it last did.
-    reporters: HashMap<u64, Duration>,
+    /// Each Envoy (stream) that reported the bucket, and its last report.
+    reporters: HashMap<u64, Reporter>,
     /// The longest window of the bucket's limits: how long an ended grant still counts.
     longest: Duration,
     /// Grants made so far.
@@ -166,13 +183,20 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// What `holder` gets for the bucket at `now`, under `quotas` (the rule's limits).
-    pub fn assign(&mut self, holder: u64, now: Duration, quotas: &[Quota]) -> Assignment {
+    /// What `holder`, reporting `usage`, gets for the bucket at `now`, under `quotas` (the rule's
+    /// limits).
+    pub fn assign(
+        &mut self,
+        holder: u64,
+        now: Duration,
+        usage: Usage,
+        quotas: &[Quota],
+    ) -> Assignment {
         // A reload may lengthen a window: an ended grant counts for the longest ever seen.
         let longest = quotas.iter().map(|q| q.window).max().unwrap_or_default();
         self.longest = self.longest.max(longest);
         self.forget(now);
-        self.reporters.insert(holder, now);
+        self.reporters.insert(holder, Reporter { at: now, usage });
         let sharers = self.reporters.len() as u64;
         // At least one token while the limit has one, even when that leaves nothing in reserve.
         let share = |q: &Quota| (q.n / (sharers + 1)).max(q.n.min(1));
@@ -270,13 +294,18 @@ impl Ledger {
     fn forget(&mut self, now: Duration) {
         let longest = self.longest;
         self.grants.retain(|g| g.end + longest >= now);
-        self.reporters.retain(|_, at| *at + TTL > now);
+        self.reporters.retain(|_, r| r.at + TTL > now);
     }
 
     /// Whether nothing is held or reported any more (the bucket can be dropped).
     pub fn is_idle(&mut self, now: Duration) -> bool {
         self.forget(now);
         self.grants.is_empty() && self.reporters.is_empty()
+    }
+
+    /// What `holder` last reported of the bucket, while it is a reporter.
+    pub fn usage(&self, holder: u64) -> Option<Usage> {
+        self.reporters.get(&holder).map(|r| r.usage)
     }
 
     /// The grants kept now, for tests.
@@ -350,22 +379,31 @@ mod tests {
             window: 10 * S,
         }];
         let mut ledger = Ledger::default();
-        let Assignment::Bucket(first) = ledger.assign(1, Duration::ZERO, &quotas) else {
+        let reported = Usage {
+            allowed: 7,
+            denied: 2,
+            elapsed: 5 * S,
+        };
+        let Assignment::Bucket(first) = ledger.assign(1, Duration::ZERO, reported, &quotas) else {
             panic!("the first Envoy gets a bucket");
         };
+        assert_eq!(ledger.usage(1), Some(reported), "what it reported is kept");
         assert!(first.weight(10 * S) <= 60, "{first:?}");
-        assert_eq!(ledger.assign(1, 5 * S, &quotas), Assignment::Bucket(first));
-        let Assignment::Bucket(second) = ledger.assign(2, 6 * S, &quotas) else {
+        assert_eq!(
+            ledger.assign(1, 5 * S, Usage::default(), &quotas),
+            Assignment::Bucket(first)
+        );
+        let Assignment::Bucket(second) = ledger.assign(2, 6 * S, Usage::default(), &quotas) else {
             panic!("a second Envoy gets a bucket at once");
         };
         assert!(second.weight(10 * S) <= 40, "{second:?}");
-        let Assignment::Bucket(shrunk) = ledger.assign(1, 10 * S, &quotas) else {
+        let Assignment::Bucket(shrunk) = ledger.assign(1, 10 * S, Usage::default(), &quotas) else {
             panic!("the first Envoy's share shrinks to what is left");
         };
         assert!(shrunk.weight(10 * S) <= 20, "{shrunk:?}");
         // Reported again before Envoy's TTL runs out: renewed unchanged.
         assert_eq!(
-            ledger.assign(1, 12 * S, &quotas),
+            ledger.assign(1, 12 * S, Usage::default(), &quotas),
             Assignment::Bucket(shrunk)
         );
         let mut now = 10 * S;
@@ -373,8 +411,8 @@ mod tests {
         while now < 120 * S {
             now += 5 * S;
             last = (
-                ledger.assign(1, now, &quotas),
-                ledger.assign(2, now, &quotas),
+                ledger.assign(1, now, Usage::default(), &quotas),
+                ledger.assign(2, now, Usage::default(), &quotas),
             );
         }
         let (Assignment::Bucket(a), Assignment::Bucket(b)) = last else {
@@ -411,7 +449,7 @@ mod tests {
             let mut now = Duration::ZERO;
             for (holder, pause) in steps {
                 now += Duration::from_secs(pause);
-                ledger.assign(holder, now, &quotas);
+                ledger.assign(holder, now, Usage::default(), &quotas);
                 // Every grant ever made, with its latest end (renewals and replacements).
                 for grant in ledger.grants() {
                     match all.iter_mut().find(|g| g.id == grant.id) {

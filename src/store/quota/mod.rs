@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-pub use ledger::{Assignment, Grant, Ledger, Quota, TTL, TokenBucket};
+pub use ledger::{Assignment, Grant, Ledger, Quota, TTL, TokenBucket, Usage};
 
 /// The key of a bucket's ledger: a digest of its domain and counter entries, 32 bytes whatever
 /// the size of the id.
@@ -80,14 +80,15 @@ impl<P: Copy + Eq + Hash> QuotaLedgers<P> {
         }
     }
 
-    /// What `holder` (one bucket of one stream, of `peer`) gets of the bucket `key` at `now`
-    /// under `quotas`; a bucket without a ledger gets one if the table and the peer have room.
+    /// What `holder` (one bucket of one stream, of `peer`), reporting `usage`, gets of the bucket
+    /// `key` at `now` under `quotas`; a bucket without a ledger gets one if the table and the
+    /// peer have room.
     pub fn assign(
         &self,
         key: LedgerKey,
-        holder: u64,
-        peer: P,
+        (holder, peer): (u64, P),
         now: Duration,
+        usage: Usage,
         quotas: &[Quota],
     ) -> Result<Assignment, Full> {
         let mut table = self.table.lock();
@@ -112,7 +113,7 @@ impl<P: Copy + Eq + Hash> QuotaLedgers<P> {
             table.ledgers.insert(key, (Ledger::default(), peer));
         }
         let (ledger, _) = table.ledgers.get_mut(&key).ok_or(Full::All)?;
-        Ok(ledger.assign(holder, now, quotas))
+        Ok(ledger.assign(holder, now, usage, quotas))
     }
 
     /// How many ledgers are kept.
@@ -158,34 +159,31 @@ mod tests {
     #[test]
     fn one_peer_cannot_fill_the_table() {
         let ledgers = QuotaLedgers::<u8>::new(5, 2);
-        let key = |i: u32| ledger_key([i.to_string().as_str()]);
         let quotas = per_minute(10);
-        assert!(ledgers.assign(key(1), 1, b'a', S, &quotas).is_ok());
-        assert!(ledgers.assign(key(2), 2, b'a', S, &quotas).is_ok());
-        assert_eq!(ledgers.assign(key(3), 3, b'a', S, &quotas), Err(Full::Peer));
-        assert!(
-            ledgers.assign(key(1), 4, b'a', S, &quotas).is_ok(),
+        let assign = |bucket: u32, holder: u64, peer: u8, now: Duration| {
+            let key = ledger_key([bucket.to_string().as_str()]);
+            (ledgers.assign(key, (holder, peer), now, Usage::default(), &quotas)).map(|_| ())
+        };
+        assert_eq!(assign(1, 1, b'a', S), Ok(()));
+        assert_eq!(assign(2, 2, b'a', S), Ok(()));
+        assert_eq!(assign(3, 3, b'a', S), Err(Full::Peer));
+        assert_eq!(
+            assign(1, 4, b'a', S),
+            Ok(()),
             "a known bucket is no new ledger"
         );
-        for (i, peer) in [(3, b'b'), (4, b'b'), (5, b'c')] {
-            assert!(
-                ledgers
-                    .assign(key(i), 10 + i as u64, peer, S, &quotas)
-                    .is_ok()
-            );
+        for (bucket, peer) in [(3, b'b'), (4, b'b'), (5, b'c')] {
+            assert_eq!(assign(bucket, 10 + u64::from(bucket), peer, S), Ok(()));
         }
-        assert_eq!(ledgers.assign(key(6), 20, b'd', S, &quotas), Err(Full::All));
+        assert_eq!(assign(6, 20, b'd', S), Err(Full::All));
         assert_eq!(ledgers.len(), 5);
         // Grants end a TTL (and the answer's delivery) after they were sent, and count a window
         // longer: after that every ledger is idle and is swept when the table is full.
         let later = S + TTL + 2 * S + 60 * S;
-        assert!(ledgers.assign(key(6), 21, b'a', later, &quotas).is_ok());
+        assert_eq!(assign(6, 21, b'a', later), Ok(()));
         assert_eq!(ledgers.len(), 1);
-        assert!(ledgers.assign(key(7), 22, b'a', later, &quotas).is_ok());
-        assert_eq!(
-            ledgers.assign(key(8), 23, b'a', later, &quotas),
-            Err(Full::Peer)
-        );
+        assert_eq!(assign(7, 22, b'a', later), Ok(()));
+        assert_eq!(assign(8, 23, b'a', later), Err(Full::Peer));
     }
 
     /// A bucket id cannot be shaped to reach another bucket's ledger: parts are told apart by
