@@ -30,6 +30,7 @@ use slidegate::service::rlqs::QuotaService;
 use slidegate::service::rls::GrpcService;
 use slidegate::service::{health::Health, http_routes::AppState, side};
 use slidegate::settings::{Settings, unreachable_rules};
+use slidegate::store::FailureMode;
 use slidegate::store::redis::RedisMetrics;
 use slidegate::telemetry::{TraceMetrics, Traces};
 
@@ -337,7 +338,11 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
         None => Health::new(reporter).await,
         Some(ready) => Health::gated(reporter, ready).await,
     };
-    health.ignore_store_outage(settings.store.health_ignores_store_outage);
+    // A replica that answers by --failure-mode allow or deny through an outage is serving: if
+    // its readiness followed the outage, every replica would leave at once and Envoy would find
+    // no upstream at all, whatever the failure mode says.
+    let answers_outages = settings.requests.failure_mode != FailureMode::Error;
+    health.ignore_store_outage(settings.store.health_ignores_store_outage || answers_outages);
     health.export(&metrics);
     health.check(&limiter).await;
     let checker = health.spawn_checker(Arc::clone(&limiter), Duration::from_secs(1));

@@ -120,7 +120,8 @@ pub struct StoreSettings {
     pub memory_max_bytes: Option<u64>,
     /// Keep health (`/healthcheck`, gRPC health) SERVING while the store is unreachable, as
     /// envoyproxy/ratelimit does: for liveness probes that would restart every replica during a
-    /// Redis outage. A store that answers but cannot run the script is NOT_SERVING either way.
+    /// Redis outage. Implied by `--failure-mode allow` or `deny`, which answer through an outage.
+    /// A store that answers but cannot run the script is NOT_SERVING either way.
     #[arg(long, env = "SLIDEGATE_HEALTH_IGNORES_STORE_OUTAGE", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub health_ignores_store_outage: bool,

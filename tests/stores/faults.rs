@@ -201,7 +201,9 @@ fn failure_answer(mode: &str, answer: &Answer) -> bool {
 ///
 /// Proves: the processes stay up; while Redis is down every call is answered within the store
 /// timeout (plus a margin) with exactly its mode's answer (UNAVAILABLE / OK / OVER_LIMIT, and HTTP
-/// 503 / 200 / 429), nothing else; health turns NOT_SERVING (HTTP 503 and gRPC); every failed
+/// 503 / 200 / 429), nothing else; readiness turns NOT_SERVING (HTTP 503 and gRPC) under `error`
+/// only, since `allow` and `deny` answer every request (were they to leave the endpoints, every
+/// replica would at once), and liveness (`/rlconfig`) stays 200 under all three; every failed
 /// call is counted once in `slidegate_store_errors_total` and `slidegate_failure_mode_total`; and
 /// within 2 s of Redis coming back every call is decided by Redis again, without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -250,13 +252,24 @@ async fn redis_killed_under_load_then_back_on_the_same_port() {
     drop(redis); // SIGKILL, and its directory is removed
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
-    // Health follows (the checker pings every second).
-    for server in &servers {
-        let down = wait_until(Duration::from_secs(5), || {
-            server.get("/healthcheck") == (503, "NOT_SERVING\n".to_string())
-        });
-        assert!(down, "health did not turn NOT_SERVING:\n{}", server.log());
-        assert_eq!(grpc_health(server).await, ServingStatus::NotServing);
+    // Health follows under `error` (the checker pings every second)...
+    let down = wait_until(Duration::from_secs(5), || {
+        servers[0].get("/healthcheck") == (503, "NOT_SERVING\n".to_string())
+    });
+    assert!(
+        down,
+        "health did not turn NOT_SERVING:\n{}",
+        servers[0].log()
+    );
+    assert_eq!(grpc_health(&servers[0]).await, ServingStatus::NotServing);
+    // ...and not under `allow` or `deny`, past the checker's next round; liveness never does.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (mode, server) in modes.iter().zip(&servers) {
+        if *mode != "error" {
+            assert_eq!(server.get("/healthcheck").0, 200, "{mode}");
+            assert_eq!(grpc_health(server).await, ServingStatus::Serving, "{mode}");
+        }
+        assert_eq!(server.get("/rlconfig").0, 200, "{mode}: liveness");
     }
     // The HTTP transports answer by the failure mode too.
     let http = reqwest::Client::new();
@@ -1067,8 +1080,8 @@ async fn sigterm_under_load_answers_every_call_in_flight() {
 
 /// Redis over TLS with `tls-auth-clients yes`. Proves: slidegate given `--redis-tls-cert-file`
 /// and `--redis-tls-key-file` (as `SLIDEGATE_*` variables) is healthy and decides by Redis (the
-/// third call on a limit of 2 is denied); one without them stays up, reports NOT_SERVING, answers
-/// by its failure mode (`allow`: 200) and logs why.
+/// third call on a limit of 2 is denied); one without them stays up, answers by its failure mode
+/// (`allow`: 200, and so stays SERVING) and logs why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_requiring_a_client_certificate() {
     let Some(redis) = TlsRedisServer::start(&["--tls-auth-clients", "yes"]) else {
@@ -1122,22 +1135,16 @@ async fn redis_requiring_a_client_certificate() {
     let answers = check(&with_cert).await;
     assert_eq!(answers, [200, 200, 429], "{}", with_cert.log());
 
-    let down = wait_until(Duration::from_secs(5), || {
-        without.get("/healthcheck") == (503, "NOT_SERVING\n".to_string())
+    // rustls names the server's refusal.
+    let refused = wait_until(Duration::from_secs(5), || {
+        without.log().contains("CertificateRequired")
     });
-    assert!(
-        down,
-        "healthy without a client certificate:\n{}",
-        without.log()
-    );
+    assert!(refused, "no reason logged:\n{}", without.log());
     let answers = check(&without).await;
     assert_eq!(answers, [200, 200, 200], "failure mode allow");
+    // Readiness stays: under `allow` the replica answers every request (the store errors alert).
+    assert_eq!(without.get("/healthcheck").0, 200);
     assert!(server_alive(&without), "{}", without.log());
     let log = without.log();
     assert!(!log.contains("panicked"), "{log}");
-    // rustls names the server's refusal.
-    assert!(
-        log.contains("CertificateRequired"),
-        "no reason logged:\n{log}"
-    );
 }
