@@ -81,6 +81,35 @@ async fn the_page_shows_the_rule_and_the_limited_key_and_explains_in_a_real_brow
     for _ in 0..4 {
         server.post_json(mallory).await;
     }
+    // Over the shadow rule's 10 an hour: shadow-denied, drawn as a line of its own.
+    let free = r#"{"domain":"pg","descriptors":[{"entries":[{"key":"plan","value":"free"}]}]}"#;
+    for _ in 0..12 {
+        server.post_json(free).await;
+    }
+    let status_url = format!("http://127.0.0.1:{}/status.json", server.admin_port);
+    let mut status = serde_json::Value::Null;
+    for _ in 0..40 {
+        status = reqwest::get(&status_url)
+            .await
+            .expect("GET /status.json")
+            .json()
+            .await
+            .expect("JSON");
+        // A sample every 5 s: the decisions show in the next one.
+        let samples = status["history"]["samples"].as_array().cloned();
+        let shadow_denied: u64 = (samples.unwrap_or_default().iter())
+            .flat_map(|s| s["decisions"].as_array().cloned().unwrap_or_default())
+            .map(|d| d["shadowDenied"].as_u64().unwrap_or(0))
+            .sum();
+        if shadow_denied >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let served = status["config"]["servedChecksum"]
+        .as_str()
+        .expect("the served checksum")
+        .to_owned();
 
     // Without JavaScript: the rules are in the HTML, under a policy that forbids other origins.
     let page = format!("http://127.0.0.1:{}/", server.admin_port);
@@ -91,7 +120,14 @@ async fn the_page_shows_the_rule_and_the_limited_key_and_explains_in_a_real_brow
         .to_owned();
     assert!(policy.starts_with("default-src 'self'"), "{policy}");
     let html = response.text().await.expect("HTML");
-    for shown in ["per_user", "free_plan", "shadow", "memory", "rules.yaml"] {
+    for shown in [
+        "per_user",
+        "free_plan",
+        "shadow",
+        "memory",
+        "rules.yaml",
+        &served[..12],
+    ] {
         assert!(html.contains(shown), "{shown} is not in the page: {html}");
     }
     assert!(
@@ -124,6 +160,14 @@ async fn the_page_shows_the_rule_and_the_limited_key_and_explains_in_a_real_brow
     assert!(
         answer.contains("OVER_LIMIT · limited · rule per_user · 2 of 2 per 1m held"),
         "the explain form did not answer: {dom}"
+    );
+    let free_plan = (dom.split("<tr>"))
+        .find(|row| row.contains("free_plan"))
+        .and_then(|row| row.split("</tr>").next())
+        .unwrap_or_default();
+    assert!(
+        free_plan.contains("class=\"shadow\"") && free_plan.contains("2 shadow-denied"),
+        "shadow denies are not drawn: {free_plan}"
     );
     let origin = format!("http://127.0.0.1:{}", server.admin_port);
     let asked: Vec<&String> = urls

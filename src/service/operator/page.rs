@@ -55,11 +55,16 @@ pub(super) fn index(state: &AppState) -> Response {
         );
     }
     let config = state.config_status.load();
-    let stale = if config.is_stale() {
-        " · <b class=\"down\">the files on disk are not the ones served</b>"
-    } else {
-        ""
+    let stale = match (config.is_stale(), config.on_disk) {
+        (false, _) => String::new(),
+        (true, Some(on_disk)) => format!(
+            " · <b class=\"down\">the files on disk (checksum <code title=\"{on_disk}\">{short}</code>) \
+             are not the ones served</b>",
+            short = short(&on_disk.to_string()),
+        ),
+        (true, None) => " · <b class=\"down\">the files on disk cannot be read</b>".to_owned(),
     };
+    let served = config.served.to_string();
     let health = if state.health.is_serving() {
         "<span class=\"up\">serving</span>"
     } else {
@@ -72,9 +77,18 @@ pub(super) fn index(state: &AppState) -> Response {
             "{{LOADED_AT}}",
             &humantime::format_rfc3339_seconds(config.loaded_at).to_string(),
         )
-        .replace("{{STALE}}", stale)
+        .replace(
+            "{{CHECKSUM}}",
+            &format!("<code title=\"{served}\">{}</code>", short(&served)),
+        )
+        .replace("{{STALE}}", &stale)
         .replace("{{RULES}}", &rows);
     with_policy("text/html; charset=utf-8", html)
+}
+
+/// The first 12 hex digits of a checksum, as the page shows it (the whole in its title).
+fn short(checksum: &str) -> &str {
+    checksum.get(..12).unwrap_or(checksum)
 }
 
 pub(super) fn script() -> Response {

@@ -17,14 +17,15 @@ function descriptorText(entries) {
   return entries.map((e) => e.key + "=" + e.value).join(", ");
 }
 
-// A small chart of a rule's allowed and denied decisions per sample.
+// A small chart of a rule's allowed, denied and shadow-denied decisions per sample.
 function spark(series) {
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("class", "spark");
   svg.setAttribute("viewBox", "0 0 160 28");
-  const max = Math.max(1, ...series.allowed, ...series.denied);
-  for (const kind of ["allowed", "denied"]) {
+  const max = Math.max(1, ...series.allowed, ...series.denied, ...series.shadow);
+  for (const kind of ["allowed", "denied", "shadow"]) {
+    if (kind === "shadow" && !series.shadow.some((v) => v > 0)) continue;
     const values = series[kind];
     const step = values.length > 1 ? 160 / (values.length - 1) : 0;
     const points = values.map((v, i) => (i * step).toFixed(1) + "," + (27 - (v / max) * 26).toFixed(1));
@@ -40,7 +41,7 @@ function renderHistory() {
   const samples = status.history.samples;
   for (const cell of document.querySelectorAll("td.history")) {
     const domain = cell.dataset.domain, rules = cell.dataset.rules.split(",");
-    const series = { allowed: [], denied: [] };
+    const series = { allowed: [], denied: [], shadow: [] };
     let allowed = 0, denied = 0, shadow = 0;
     for (const sample of samples) {
       const d = { allowed: 0, denied: 0, shadowDenied: 0 };
@@ -49,7 +50,8 @@ function renderHistory() {
         d.allowed += x.allowed; d.denied += x.denied; d.shadowDenied += x.shadowDenied;
       }
       series.allowed.push(d.allowed);
-      series.denied.push(d.denied + d.shadowDenied);
+      series.denied.push(d.denied);
+      series.shadow.push(d.shadowDenied);
       allowed += d.allowed; denied += d.denied; shadow += d.shadowDenied;
     }
     cell.replaceChildren(spark(series), text("div", allowed + " allowed, "));
