@@ -120,20 +120,68 @@ async fn clearing_counters_needs_the_operator_token() {
     assert_eq!(response.status().as_u16(), 404);
     let (status, text) = clear(&server, "", &one, Some(TOKEN)).await;
     assert_eq!(status, 200, "{text}");
+    let cleared = |text: &str| {
+        let answer: Value = serde_json::from_str(text).expect("JSON");
+        answer["cleared"].as_f64().expect("cleared")
+    };
+    let mut counted = cleared(&text);
 
     // The file is read at each use: a rotated token applies at once, the old one is refused.
     std::fs::write(&token_file, "op-token-2").expect("rotate");
     let (status, _) = clear(&server, "", &one, Some(TOKEN)).await;
     assert_eq!(status, 401);
+    assert_eq!(code(&server, &one).await, "OK");
     let (status, text) = clear(&server, "", &one, Some("op-token-2")).await;
     assert_eq!(status, 200, "{text}");
+    counted += cleared(&text);
+    assert!(counted >= 2.0, "each clear cleared a counter");
+    // Each clear is logged with who asked, and counted.
+    let log = server.log();
+    let lines: Vec<&str> = (log.lines())
+        .filter(|l| l.contains("counters cleared through DELETE /counters"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
     assert!(
-        server
-            .log()
-            .contains("counters cleared through DELETE /counters"),
-        "{}",
-        server.log()
+        lines.iter().all(|l| l.contains("caller=\"127.0.0.1:")),
+        "{lines:?}"
     );
+    let metrics = server.get("/metrics").1;
+    assert_eq!(
+        crate::support::metric_value(&metrics, "slidegate_counters_cleared_total"),
+        counted
+    );
+}
+
+/// With `--operator-hide-values`, a clear answers and logs no descriptor value and no counter key,
+/// and still clears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clearing_counters_with_values_hidden_shows_no_value() {
+    let dir = setup();
+    let rules = dir.path().join("rules");
+    let token_file = dir.path().join("token");
+    let token_arg = token_file.to_string_lossy().into_owned();
+    let server = Slidegate::start(
+        &rules,
+        &["--admin-token-file", &token_arg, "--operator-hide-values"],
+    );
+    let secret = body("user", "secret-person");
+    assert_eq!(code(&server, &secret).await, "OK");
+    let (status, text) = clear(&server, "", &secret, Some(TOKEN)).await;
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(answer["cleared"], 1, "{text}");
+    assert!(!text.contains("secret-person"), "{text}");
+    assert!(
+        answer["descriptors"][0]["counters"][0].get("key").is_none(),
+        "{text}"
+    );
+    assert!(text.contains("(hidden)"), "{text}");
+    let log = server.log();
+    assert!(
+        log.contains("counters cleared through DELETE /counters"),
+        "{log}"
+    );
+    assert!(!log.contains("secret-person"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

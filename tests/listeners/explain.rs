@@ -83,6 +83,14 @@ async fn explain_reports_what_requests_recorded_and_records_nothing() {
         // `user` is an exact log, `team` buckets of 10 s; 3 per minute each.
         for (key, precision) in [("user", "exact"), ("team", "buckets of 10s")] {
             let one = body(&[&[(key, "alice")]], 1);
+            // Before any request: nothing held, the whole limit remaining.
+            let (_, fresh) = server.explain(&one).await;
+            let c = &fresh["descriptors"][0]["counters"][0];
+            assert_eq!(
+                (&c["holds"], &c["remaining"]),
+                (&0.into(), &3.into()),
+                "{store} {key}: {c}"
+            );
             for _ in 0..2 {
                 let answer = server.post_json(&one).await;
                 assert_eq!(answer["overallCode"], "OK", "{store} {key}: {answer}");
