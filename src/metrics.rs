@@ -42,6 +42,8 @@
 //! | `slidegate_rlqs_streams_refused_total` | counter | | RLQS streams refused `RESOURCE_EXHAUSTED`: their peer held the most streams one peer may open (64) |
 //! | `slidegate_rlqs_buckets_refused_total` | counter | `reason` (`too_many`, `too_many_from_peer`, `too_large`, `too_complex`) | RLQS buckets not assigned: over the buckets per stream or in all, or a bucket id over the request limits; or denied because its peer made the most ledgers one peer may (`too_many_from_peer`) or the search for its rule ran out (`too_complex`) |
 //! | `slidegate_rlqs_ambiguous_buckets_total` | counter | | RLQS bucket ids whose entries reach a limit in more than one order (the first in key order is taken) |
+//! | `slidegate_rlqs_bucket_assigned_ratio` | histogram | | at each RLQS token-bucket answer, how much of its bucket's limit the Envoys hold together (current grants' weights over N) |
+//! | `slidegate_rlqs_share_ratio` | histogram | | at each RLQS token-bucket answer, that Envoy's share of its bucket's limit: the spread of shares by demand |
 //! | `slidegate_store_up` | gauge | `store` (`memory`, `redis`, `redis-cluster`, `redis-sentinel`) | 1 while the store answers its health probe, else 0 |
 //! | `slidegate_build_info` | gauge | `version` | always 1 |
 //!
@@ -211,6 +213,14 @@ impl Metrics {
         let vec = IntGaugeVec::new(Opts::new(name, help), labels)?;
         self.register(Box::new(vec.clone()))?;
         Ok(vec)
+    }
+
+    /// A registered histogram of ratios from 0 to 1 (tenths, and 0.05).
+    pub fn ratio(&self, name: &str, help: &str) -> prometheus::Result<Histogram> {
+        let buckets = vec![0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+        let histogram = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))?;
+        self.register(Box::new(histogram.clone()))?;
+        Ok(histogram)
     }
 
     /// A registered latency histogram ([`LATENCY_BUCKETS`]).

@@ -10,3 +10,4 @@ mod access_log;
 mod e2e;
 mod fixtures;
 mod rlqs;
+mod rlqs_demand;

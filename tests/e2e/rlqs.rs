@@ -55,7 +55,7 @@ fn start(dir: &Path, envoy_bin: &Path) -> (Upstream, Slidegate, Envoy) {
 
 /// Envoy with examples/envoy-rlqs.yaml, its ports rewritten to free ones, slidegate on
 /// `grpc_port`, and the `extra` rewrites.
-fn rlqs_envoy(
+pub(crate) fn rlqs_envoy(
     program: &Path,
     dir: &Path,
     name: &str,
@@ -77,7 +77,7 @@ fn rlqs_envoy(
 }
 
 /// One GET through Envoy: its status, 0 when the exchange failed.
-fn get(port: u16, headers: &[(&str, &str)]) -> u16 {
+pub(crate) fn get(port: u16, headers: &[(&str, &str)]) -> u16 {
     try_http(port, "GET", "/hello", headers, "").map_or(0, |r| r.status)
 }
 
@@ -113,7 +113,7 @@ fn allowed(statuses: &[u16]) -> usize {
 
 /// Every status is Envoy's allow (the upstream's 200) or the filter's 429: no failed exchange,
 /// no 5xx.
-fn assert_decided(what: &str, statuses: &[u16]) {
+pub(crate) fn assert_decided(what: &str, statuses: &[u16]) {
     assert!(
         statuses.iter().all(|s| *s == 200 || *s == 429),
         "{what}: only 200s and 429s expected: {statuses:?}"

@@ -52,7 +52,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 use futures::Stream;
 use parking_lot::Mutex;
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{Histogram, IntCounter, IntGauge};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -117,6 +117,8 @@ struct QuotaMetrics {
     too_large: IntCounter,
     too_complex: IntCounter,
     ambiguous: IntCounter,
+    assigned: Histogram,
+    share: Histogram,
 }
 
 impl QuotaMetrics {
@@ -161,6 +163,21 @@ impl QuotaMetrics {
             too_many_from_peer: refused.with_label_values(&["too_many_from_peer"]),
             too_large: refused.with_label_values(&["too_large"]),
             too_complex: refused.with_label_values(&["too_complex"]),
+            assigned: metrics
+                .ratio(
+                    "slidegate_rlqs_bucket_assigned_ratio",
+                    "At each RLQS token-bucket answer, how much of its bucket's limit the Envoys \
+                     hold together (the current grants' weights over N; the bound keeps what \
+                     still counts at most 1).",
+                )
+                .expect("metric definitions are valid"),
+            share: metrics
+                .ratio(
+                    "slidegate_rlqs_share_ratio",
+                    "At each RLQS token-bucket answer, the Envoy's share of its bucket's limit \
+                     (the spread of shares: by demand, from a floor to most of the limit).",
+                )
+                .expect("metric definitions are valid"),
             ambiguous: metrics
                 .counter(
                     "slidegate_rlqs_ambiguous_buckets_total",
@@ -465,7 +482,16 @@ impl Shared {
         let key = ledger_key(counter);
         let now = self.epoch.elapsed();
         match self.ledgers.assign(key, holder, now, usage, &quotas) {
-            Ok(assignment) => Answer::Assign(assignment),
+            Ok((assignment, assigned)) => {
+                if let Assignment::Bucket(bucket) = assignment {
+                    self.metrics.assigned.observe(assigned);
+                    let share = (quotas.iter())
+                        .map(|q| bucket.weight(q.window) as f64 / q.n.max(1) as f64)
+                        .fold(0.0, f64::max);
+                    self.metrics.share.observe(share);
+                }
+                Answer::Assign(assignment)
+            }
             // A bucket a client shapes must not skip its limit: denied until there is room.
             Err(full) => {
                 match full {

@@ -13,19 +13,30 @@
 //! to at most N for every limit (a renewal fails it only after a reload lowered a limit; it is
 //! then replaced by what there is room for). Any window of length W sees only grants whose lives come within
 //! W of the last one made before the window ended, and that one was checked against all of them:
-//! all Envoys together admit at most N in any window W, whatever they report. Nothing here
-//! depends on reported usage.
+//! all Envoys together admit at most N in any window W, whatever they report. The bound never
+//! depends on reported usage; only the split does.
 //!
-//! **The split.** With k Envoys reporting a bucket, a share is ⌊N / (k + 1)⌋: k shares are handed
-//! out and one is held back, so that an Envoy that joins gets a share at once from what is not
-//! assigned. A grant larger than today's share is replaced by what the ledger has room for beside
-//! it, or by `DENY_ALL` without room; the larger one still counts until its own end, since a
-//! share cannot be taken back sooner (there is no acknowledgement). A grant smaller than the share
-//! grows when the ledger has room for the whole share. A grant is renewed unchanged (Envoy keeps
-//! its tokens) only while Envoy surely still holds it; a later one starts full, and is a new
-//! grant. A
-//! quarter of a weight (at least one token) is burst, the rest is rate: a client can send a
-//! quarter of its share at once, and its share over any window.
+//! **The split.** With k Envoys reporting a bucket, N / (k + 1) is held back, so that an Envoy
+//! that joins gets a share at once from what is not assigned, and the rest, the pool P, is split
+//! by demand: each Envoy's share is P / 2k (its floor) plus half of P in proportion to its demand
+//! (the requests it reported, allowed and denied, per second, in its last report). Equal demands,
+//! or none reported, give each P / k = N / (k + 1); one busy Envoy of two gets half of N, the quiet
+//! one a sixth.
+//!
+//! A grant clearly larger than today's share (by an eighth) is replaced by what the ledger has room
+//! for beside it, or by `DENY_ALL` without room; the larger one still counts until its own end,
+//! since a share cannot be taken back sooner (there is no acknowledgement). A grant clearly smaller
+//! than the share grows when the ledger has room for the whole share beside what the shrinking
+//! ones are to get (so a share on its way from one Envoy to another leaves neither short). So a
+//! share moves from a quiet Envoy to a busy one once the quiet one's larger grant stops counting:
+//! its next report (within 5 s), then its TTL and the delivery margin, then one window, then the
+//! busy one's next report: within about 26 s + W. An Envoy that leaves (no report for a TTL)
+//! stops sharing then, and its grants stop counting a window after their end: its share is back
+//! within about 21 s + W. The eighth keeps shares from moving on noise: each move refills the
+//! Envoy's bucket and counts twice for a while. A grant is renewed
+//! unchanged (Envoy keeps its tokens) only while Envoy surely still holds it; a later one starts
+//! full, and is a new grant. A quarter of a weight (at least one token) is burst, the rest is
+//! rate: a client can send a quarter of its share at once, and its share over any window.
 //!
 //! Time is a [`Duration`] since an epoch the caller picks, so tests drive it by hand.
 
@@ -52,6 +63,12 @@ pub struct Quota {
     pub window: Duration,
 }
 
+/// Whether `a` is more than `b` by more than an eighth of `b` (and at least one): a share moves
+/// only then.
+fn clearly_over(a: u64, b: u64) -> bool {
+    a > b.saturating_add((b / 8).max(1))
+}
+
 /// Envoy's token bucket parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TokenBucket {
@@ -70,41 +87,36 @@ impl TokenBucket {
     }
 
     /// The bucket for a share of `share` per `window`: a quarter burst (at least 1), the rest
-    /// refilled over the window, rounded down. `None` for a share of 0.
+    /// refilled over the window, rounded down. The refill is the rest per the window's whole
+    /// seconds (Envoy refills continuously, at `tokens_per_fill` per `fill_interval`), so a whole
+    /// window's share is exact: a share per second would round away up to a token a second.
+    /// `None` for a share of 0.
     pub fn for_share(share: u64, window: Duration) -> Option<TokenBucket> {
         if share == 0 {
             return None;
         }
-        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let clamp = |n: u128| u32::try_from(n).unwrap_or(u32::MAX);
         let burst = share.div_ceil(4).max(1);
         let rest = u128::from(share - burst);
         let window_ms = window.as_millis().max(1);
-        let (tokens_per_fill, fill_interval_secs) = if rest * 1000 >= window_ms {
-            // At least a token a second: fill every second.
-            (
-                clamp(u64::try_from(rest * 1000 / window_ms).unwrap_or(u64::MAX)),
-                1,
-            )
-        } else if rest > 0 {
-            // One token every few seconds (rounded up: never faster than the share).
-            (
-                1,
-                clamp(u64::try_from(window_ms.div_ceil(rest * 1000)).unwrap_or(u64::MAX)),
-            )
+        // Whole seconds, at least the window: the rest scaled to them, rounded down, is never
+        // faster than the rest per window, and at least the rest (so at least 1).
+        let fill_secs = window_ms.div_ceil(1000).max(1);
+        let (tokens_per_fill, fill_interval_secs) = if rest > 0 {
+            (clamp(rest * fill_secs * 1000 / window_ms), clamp(fill_secs))
         } else {
             // No rest: a refill slower than the window (at most one token per window).
-            let secs = window.as_secs().saturating_add(1);
-            (1, clamp(secs))
+            (1, clamp(fill_secs + 1))
         };
         let bucket = TokenBucket {
-            max_tokens: clamp(burst),
+            max_tokens: clamp(u128::from(burst)),
             tokens_per_fill,
             fill_interval_secs,
         };
         // Without rest the refill may add a token per window: the burst gives it back.
         if bucket.weight(window) > share {
             return (burst > 1).then(|| TokenBucket {
-                max_tokens: clamp(burst - 1),
+                max_tokens: clamp(u128::from(burst - 1)),
                 ..bucket
             });
         }
@@ -163,11 +175,21 @@ pub struct Usage {
     pub elapsed: Duration,
 }
 
-/// One Envoy's (stream's) last report of a bucket: when, and what it said.
+impl Usage {
+    /// The requests per second it reports (over at least a second).
+    fn rate(&self) -> f64 {
+        let requests = self.allowed.saturating_add(self.denied) as f64;
+        requests / self.elapsed.as_secs_f64().max(1.0)
+    }
+}
+
+/// One Envoy's (stream's) last report of a bucket: when, what it said, and its demand so far.
 #[derive(Clone, Copy, Debug)]
 struct Reporter {
     at: Duration,
     usage: Usage,
+    /// Requests per second, as its last report said.
+    demand: f64,
 }
 
 /// The grants and reporters of one bucket (see the module docs).
@@ -196,10 +218,42 @@ impl Ledger {
         let longest = quotas.iter().map(|q| q.window).max().unwrap_or_default();
         self.longest = self.longest.max(longest);
         self.forget(now);
-        self.reporters.insert(holder, Reporter { at: now, usage });
+        let demand = usage.rate();
+        self.reporters.insert(
+            holder,
+            Reporter {
+                at: now,
+                usage,
+                demand,
+            },
+        );
         let sharers = self.reporters.len() as u64;
-        // At least one token while the limit has one, even when that leaves nothing in reserve.
-        let share = |q: &Quota| (q.n / (sharers + 1)).max(q.n.min(1));
+        let total: f64 = self.reporters.values().map(|r| r.demand).sum();
+        // A reporter's part of the pool: a floor of 1/2k and half in proportion to its demand;
+        // at least one token while the limit has one, even when that leaves nothing in reserve.
+        let share_at = |q: &Quota, demand: f64| {
+            let part = if total > 0.0 {
+                1.0 / (2 * sharers) as f64 + demand / (2.0 * total)
+            } else {
+                1.0 / sharers as f64
+            };
+            let pool = q.n - q.n / (sharers + 1);
+            ((pool as f64 * part) as u64).min(pool).max(q.n.min(1))
+        };
+        let share = |q: &Quota| share_at(q, demand);
+        // What the other Envoys whose grants are clearly over their shares are to get: a grant
+        // grows only beside it, so that a share moving from one Envoy to another does not leave
+        // the first with less than its new share while both grants count.
+        let pending = |q: &Quota| -> u64 {
+            (self.grants.iter())
+                .filter(|g| g.current && g.holder != holder)
+                .filter_map(|g| {
+                    let share = share_at(q, self.reporters.get(&g.holder)?.demand);
+                    clearly_over(g.bucket.weight(q.window), share).then_some(share)
+                })
+                .sum()
+        };
+        let pending: Vec<u64> = quotas.iter().map(pending).collect();
         // The holder's assignment that Envoy surely still holds (its TTL runs from when Envoy
         // read it, after it was sent); any older one Envoy has dropped or replaced.
         let mut held = None;
@@ -214,16 +268,18 @@ impl Ledger {
         }
         if let Some(i) = held {
             let grant = self.grants[i];
-            let within = quotas
-                .iter()
-                .all(|q| grant.bucket.weight(q.window) <= share(q));
+            let within =
+                (quotas.iter()).all(|q| !clearly_over(grant.bucket.weight(q.window), share(q)));
             // Everything counted, this grant included, is within every limit: true since it was
             // made, unless a reload lowered a limit.
             let fits = quotas.iter().all(|q| self.held(now, q) <= q.n);
             if within && fits {
-                // Grow to the whole share when there is room for it beside everything else.
-                match self.bucket_within_room(now, quotas, &share, true) {
-                    Some(bigger) if bigger != grant.bucket => {
+                // Grow to the whole share when it is clearly more and there is room for it
+                // beside everything else.
+                let short =
+                    (quotas.iter()).any(|q| clearly_over(share(q), grant.bucket.weight(q.window)));
+                match self.bucket_within_room(now, quotas, &share, Some(&pending)) {
+                    Some(bigger) if short && bigger != grant.bucket => {
                         self.grants[i].current = false;
                         return self.grant(holder, bigger, now);
                     }
@@ -239,10 +295,20 @@ impl Ledger {
             // no acknowledgement, Envoy may not have read the replacement.
             self.grants[i].current = false;
         }
-        match self.bucket_within_room(now, quotas, &share, false) {
+        match self.bucket_within_room(now, quotas, &share, None) {
             Some(bucket) => self.grant(holder, bucket, now),
             None => Assignment::DenyAll,
         }
+    }
+
+    /// The weights for `quota` of the grants Envoys hold now (current ones), against its limit:
+    /// how much of the limit is handed out.
+    pub fn assigned_ratio(&self, quota: &Quota) -> f64 {
+        let assigned: u64 = (self.grants.iter())
+            .filter(|g| g.current)
+            .map(|g| g.bucket.weight(quota.window))
+            .sum();
+        assigned as f64 / quota.n.max(1) as f64
     }
 
     /// The weights for `quota` of every grant that still counts at `now`.
@@ -270,19 +336,21 @@ impl Ledger {
     }
 
     /// The bucket of a share for every limit, each no more than what the ledger has room for;
-    /// with `whole`, only if there is room for the whole share.
+    /// with `whole_beside` (per limit), only if there is room for the whole share beside that.
     fn bucket_within_room(
         &self,
         now: Duration,
         quotas: &[Quota],
         share: &impl Fn(&Quota) -> u64,
-        whole: bool,
+        whole_beside: Option<&[u64]>,
     ) -> Option<TokenBucket> {
         let mut buckets = Vec::with_capacity(quotas.len());
-        for quota in quotas {
+        for (i, quota) in quotas.iter().enumerate() {
             let room = quota.n.saturating_sub(self.held(now, quota));
             let share = share(quota);
-            if whole && room < share {
+            if let Some(pending) = whole_beside
+                && room < share.saturating_add(pending[i])
+            {
                 return None;
             }
             buckets.push(TokenBucket::for_share(share.min(room), quota.window)?);
@@ -356,11 +424,15 @@ mod tests {
             bucket,
             TokenBucket {
                 max_tokens: 25,
-                tokens_per_fill: 7,
-                fill_interval_secs: 1
+                tokens_per_fill: 75,
+                fill_interval_secs: 10
             }
         );
-        assert_eq!(bucket.weight(Duration::from_secs(10)), 95);
+        assert_eq!(bucket.weight(Duration::from_secs(10)), 100, "exact");
+        // A window of no whole seconds: its whole seconds above, the refill scaled down.
+        let odd = TokenBucket::for_share(100, Duration::from_millis(2500)).expect("bucket");
+        assert_eq!((odd.tokens_per_fill, odd.fill_interval_secs), (90, 3));
+        assert_eq!(odd.weight(Duration::from_millis(2500)), 100);
         let slow = TokenBucket::for_share(10, Duration::from_secs(60)).expect("bucket");
         assert_eq!(slow.max_tokens, 3);
         assert!(slow.weight(Duration::from_secs(60)) <= 10, "{slow:?}");
@@ -379,15 +451,10 @@ mod tests {
             window: 10 * S,
         }];
         let mut ledger = Ledger::default();
-        let reported = Usage {
-            allowed: 7,
-            denied: 2,
-            elapsed: 5 * S,
-        };
-        let Assignment::Bucket(first) = ledger.assign(1, Duration::ZERO, reported, &quotas) else {
+        let Assignment::Bucket(first) = ledger.assign(1, Duration::ZERO, Usage::default(), &quotas)
+        else {
             panic!("the first Envoy gets a bucket");
         };
-        assert_eq!(ledger.usage(1), Some(reported), "what it reported is kept");
         assert!(first.weight(10 * S) <= 60, "{first:?}");
         assert_eq!(
             ledger.assign(1, 5 * S, Usage::default(), &quotas),
@@ -423,9 +490,70 @@ mod tests {
         assert!(most_admitted(ledger.grants(), 10 * S) <= 120);
     }
 
-    /// What one step of a run does: an Envoy (of four) reports the bucket after some seconds.
-    fn steps() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        prop::collection::vec((0..4u64, 0..8u64), 1..80)
+    /// Every 5 s, as Envoy reports, holder 1 and 2 report `demand` requests each; the weights of
+    /// their current grants after `rounds` reports (over a window of 10 s).
+    fn run(
+        ledger: &mut Ledger,
+        now: &mut Duration,
+        rounds: u32,
+        demand: (u64, u64),
+        quotas: &[Quota],
+    ) -> (u64, u64) {
+        let report = |n| Usage {
+            allowed: n / 2,
+            denied: n - n / 2,
+            elapsed: 5 * S,
+        };
+        let mut last = (Assignment::DenyAll, Assignment::DenyAll);
+        for _ in 0..rounds {
+            *now += 5 * S;
+            last = (
+                ledger.assign(1, *now, report(demand.0), quotas),
+                ledger.assign(2, *now, report(demand.1), quotas),
+            );
+        }
+        let weight = |a: Assignment| match a {
+            Assignment::Bucket(b) => b.weight(10 * S),
+            Assignment::DenyAll => 0,
+        };
+        (weight(last.0), weight(last.1))
+    }
+
+    /// A steady demand converges to its share: of N = 120 per 10 s and two Envoys, 40 is held
+    /// back and the pool of 80 is split a quarter each plus half by demand, so the busy one gets
+    /// 60, the quiet one 20. Demand moving to the other moves the share within the stated time
+    /// (about 26 s + W, so by 40 s here), and the bound holds throughout.
+    #[test]
+    fn shares_follow_demand_and_move_with_it() {
+        let quotas = [Quota {
+            n: 120,
+            window: 10 * S,
+        }];
+        let mut ledger = Ledger::default();
+        let mut now = Duration::ZERO;
+        let (busy, quiet) = run(&mut ledger, &mut now, 24, (500, 0), &quotas);
+        assert!((55..=60).contains(&busy), "{busy}");
+        assert!((15..=20).contains(&quiet), "{quiet}");
+        let reported = Usage {
+            allowed: 250,
+            denied: 250,
+            elapsed: 5 * S,
+        };
+        assert_eq!(ledger.usage(1), Some(reported), "what it reported is kept");
+        assert!(ledger.assigned_ratio(&quotas[0]) <= 80.0 / 120.0);
+        // Equal demands: equal shares.
+        let (a, b) = run(&mut ledger, &mut now, 24, (300, 300), &quotas);
+        assert!(a.abs_diff(b) <= 5 && a >= 35, "{a} {b}");
+        // The demand moves to the other: so does the share, within 26 s + W.
+        let (was_busy, now_busy) = run(&mut ledger, &mut now, 8, (0, 500), &quotas);
+        assert!(now_busy >= 55 && was_busy <= 20, "{was_busy} {now_busy}");
+        assert!(most_admitted(ledger.grants(), 10 * S) <= 120);
+    }
+
+    /// What one step of a run does: an Envoy (of four) reports the bucket after some seconds,
+    /// with some requests allowed and denied.
+    fn steps() -> impl Strategy<Value = Vec<(u64, u64, u64, u64)>> {
+        prop::collection::vec((0..4u64, 0..8u64, 0..1000u64, 0..1000u64), 1..80)
     }
 
     proptest! {
@@ -447,9 +575,10 @@ mod tests {
             let mut ledger = Ledger::default();
             let mut all: Vec<Grant> = Vec::new();
             let mut now = Duration::ZERO;
-            for (holder, pause) in steps {
+            for (holder, pause, allowed, denied) in steps {
                 now += Duration::from_secs(pause);
-                ledger.assign(holder, now, Usage::default(), &quotas);
+                let usage = Usage { allowed, denied, elapsed: Duration::from_secs(pause) };
+                ledger.assign(holder, now, usage, &quotas);
                 // Every grant ever made, with its latest end (renewals and replacements).
                 for grant in ledger.grants() {
                     match all.iter_mut().find(|g| g.id == grant.id) {

@@ -81,8 +81,9 @@ impl<P: Copy + Eq + Hash> QuotaLedgers<P> {
     }
 
     /// What `holder` (one bucket of one stream, of `peer`), reporting `usage`, gets of the bucket
-    /// `key` at `now` under `quotas`; a bucket without a ledger gets one if the table and the
-    /// peer have room.
+    /// `key` at `now` under `quotas`, and how much of the bucket's limits is handed out then (the
+    /// largest [`Ledger::assigned_ratio`]); a bucket without a ledger gets one if the table and
+    /// the peer have room.
     pub fn assign(
         &self,
         key: LedgerKey,
@@ -90,7 +91,7 @@ impl<P: Copy + Eq + Hash> QuotaLedgers<P> {
         now: Duration,
         usage: Usage,
         quotas: &[Quota],
-    ) -> Result<Assignment, Full> {
+    ) -> Result<(Assignment, f64), Full> {
         let mut table = self.table.lock();
         table.since_sweep += 1;
         let full = table.ledgers.len() >= self.max_ledgers;
@@ -113,7 +114,11 @@ impl<P: Copy + Eq + Hash> QuotaLedgers<P> {
             table.ledgers.insert(key, (Ledger::default(), peer));
         }
         let (ledger, _) = table.ledgers.get_mut(&key).ok_or(Full::All)?;
-        Ok(ledger.assign(holder, now, usage, quotas))
+        let assignment = ledger.assign(holder, now, usage, quotas);
+        let assigned = (quotas.iter())
+            .map(|q| ledger.assigned_ratio(q))
+            .fold(0.0, f64::max);
+        Ok((assignment, assigned))
     }
 
     /// How many ledgers are kept.

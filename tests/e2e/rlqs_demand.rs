@@ -1,0 +1,166 @@
+//! Two real Envoys share one limit through RLQS, by demand: one user's N per window is split
+//! between the Envoys that report the user's bucket, the busier one gets more, and a share
+//! moves when demand moves or an Envoy goes away, while the two together never admit more
+//! than N in any window (docs/rlqs.md states the split and how fast it moves).
+//!
+//! Each Envoy is driven by a thread of its own at a steady 20 requests a second, well above the
+//! limit, so what each admits is what its assignment lets through. Times are the requests' send
+//! times; a window is checked as 9.9 s (of W = 10 s), which leaves room for the time a request
+//! takes to reach Envoy, never for more than N.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::fixtures::{Slidegate, Upstream, sleep_until, test_dir, write_config};
+use crate::rlqs::{assert_decided, get, rlqs_envoy};
+use crate::support::envoy_program;
+
+/// 120 requests per 10 s for each user.
+const RULES: &str = "\
+domain: rlqs
+descriptors:
+  - key: user
+    rate_limit: { unit: second, unit_multiplier: 10, requests_per_unit: 120 }
+";
+const LIMIT: usize = 120;
+const WINDOW: Duration = Duration::from_millis(9900);
+
+/// A request every 50 ms.
+const PACE: Duration = Duration::from_millis(50);
+
+/// Requests to one Envoy's port as alice, every [`PACE`] while `on` holds, until `stop`: the
+/// send time and status of each.
+fn drive(
+    port: u16,
+    on: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<Vec<(Instant, u16)>> {
+    thread::spawn(move || {
+        let mut sent = Vec::new();
+        let mut next = Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            if on.load(Ordering::SeqCst) {
+                let at = Instant::now();
+                sent.push((at, get(port, &[("x-user-id", "alice")])));
+            }
+            next += PACE;
+            sleep_until(next);
+        }
+        sent
+    })
+}
+
+/// The most requests admitted, both Envoys together, in any [`WINDOW`].
+fn most_in_a_window(all: &[(Instant, u16)]) -> usize {
+    let mut admitted: Vec<Instant> = (all.iter())
+        .filter(|(_, s)| *s == 200)
+        .map(|(at, _)| *at)
+        .collect();
+    admitted.sort();
+    (0..admitted.len())
+        .map(|i| {
+            let end = admitted[i] + WINDOW;
+            admitted[i..].iter().take_while(|at| **at < end).count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// What was admitted between `from` and `to`.
+fn admitted_between(sent: &[(Instant, u16)], from: Instant, to: Instant) -> usize {
+    (sent.iter())
+        .filter(|(at, s)| *s == 200 && *at >= from && *at < to)
+        .count()
+}
+
+#[test]
+fn rlqs_two_envoys_share_one_limit_by_demand() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let dir = test_dir("rlqs_demand");
+    let config = write_config(&dir, RULES);
+    let upstream = Upstream::start();
+    let slidegate = Slidegate::start(&dir, &config, None, "sg");
+    let a = rlqs_envoy(
+        &envoy_bin,
+        &dir,
+        "envoy-a",
+        slidegate.grpc_port,
+        upstream.port,
+        &[],
+    );
+    let mut b = Some(rlqs_envoy(
+        &envoy_bin,
+        &dir,
+        "envoy-b",
+        slidegate.grpc_port,
+        upstream.port,
+        &[],
+    ));
+    let b_port = b.as_ref().map(|b| b.port).unwrap_or_default();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (a_on, b_on) = (
+        Arc::new(AtomicBool::new(true)),
+        Arc::new(AtomicBool::new(true)),
+    );
+    let start = Instant::now();
+    let drivers = [
+        drive(a.port, Arc::clone(&a_on), Arc::clone(&stop)),
+        drive(b_port, Arc::clone(&b_on), Arc::clone(&stop)),
+    ];
+    let at = |secs: u64| start + Duration::from_secs(secs);
+
+    // Both busy for 25 s; then only A for 65 s (B idle, its bucket still reported); then B alone
+    // for 50 s once A's Envoy is gone.
+    sleep_until(at(25));
+    b_on.store(false, Ordering::SeqCst);
+    sleep_until(at(90));
+    a_on.store(false, Ordering::SeqCst);
+    b_on.store(true, Ordering::SeqCst);
+    drop(a);
+    sleep_until(at(140));
+    stop.store(true, Ordering::SeqCst);
+    let [a_sent, b_sent] = drivers.map(|d| d.join().expect("driver"));
+    drop(b.take());
+
+    let statuses = |sent: &[(Instant, u16)]| sent.iter().map(|(_, s)| *s).collect::<Vec<_>>();
+    assert_decided("through Envoy A", &statuses(&a_sent));
+    assert_decided("through Envoy B", &statuses(&b_sent));
+    let all: Vec<(Instant, u16)> = a_sent.iter().chain(&b_sent).copied().collect();
+    let most = most_in_a_window(&all);
+    assert!(
+        most <= LIMIT,
+        "{most} admitted within 9.9 s through both Envoys, over the limit of {LIMIT} per 10 s"
+    );
+
+    // Equal demand: each gets some of the limit, about a third each.
+    let (a1, b1) = (
+        admitted_between(&a_sent, at(15), at(25)),
+        admitted_between(&b_sent, at(15), at(25)),
+    );
+    assert!(
+        a1 >= 10 && b1 >= 10,
+        "both Envoys get a share: {a1} and {b1}"
+    );
+    // Demand on A alone: its share grows, by the time docs/rlqs.md states (about 40 s + W).
+    let a2 = admitted_between(&a_sent, at(80), at(90));
+    assert!(
+        a2 >= a1 + 5,
+        "A's share did not follow its demand: {a1} per 10 s with B busy, {a2} alone"
+    );
+    // A gone, B busy: B gets what A held (A stops sharing a TTL after its last report, and its
+    // grants stop counting a window after their end).
+    let b3 = admitted_between(&b_sent, at(130), at(140));
+    assert!(
+        b3 >= b1 + 5,
+        "B did not get A's share back: {b1} per 10 s beside A, {b3} once A was gone"
+    );
+    eprintln!(
+        "admitted per 10 s: A {a1}, B {b1} (both busy); A {a2} (alone busy); B {b3} (A gone); \
+         most in a window {most}"
+    );
+}
