@@ -332,8 +332,8 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
     let server_metrics = Arc::new(ServerMetrics::new(&metrics));
 
     let (reporter, side_routes) = side::routes().context("cannot build gRPC reflection")?;
-    let side_routes =
-        side_routes.add_service(QuotaService::new(Arc::clone(&limiter), &metrics).server());
+    let quotas = QuotaService::new(Arc::clone(&limiter), &metrics);
+    let side_routes = side_routes.add_service(quotas.clone().server());
     let health = match source.ready() {
         None => Health::new(reporter).await,
         Some(ready) => Health::gated(reporter, ready).await,
@@ -407,6 +407,7 @@ async fn serve(settings: Settings, hangup: Signal) -> anyhow::Result<()> {
                 token: admin_token,
                 replica: replica.clone(),
                 history,
+                quotas: Some(quotas),
             },
             requests.max_body_bytes,
         ),

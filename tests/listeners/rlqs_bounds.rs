@@ -94,3 +94,63 @@ async fn one_peer_holds_bounded_streams_and_ledgers_and_another_is_still_served(
         .await
         .expect("a stream once the peer is under its bound");
 }
+
+/// `POST /explain` with a bucket id: the rule it reaches, and each Envoy's share from the ledger,
+/// assigning nothing (a bucket no Envoy reported has no shares); values hidden when told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_a_bucket_ids_rule_and_each_envoys_share() {
+    let rules = tempfile::tempdir().expect("tempdir");
+    std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
+    let server = Slidegate::start(rules.path(), &[]);
+    let explain = |bucket: &str| format!(r#"{{"domain":"rlqs","bucketId":{bucket}}}"#);
+
+    let (status, fresh) = server.explain(&explain(r#"{"user":"alice"}"#)).await;
+    assert_eq!(status, 200, "{fresh}");
+    assert_eq!(fresh["outcome"], "limited", "{fresh}");
+    assert_eq!(fresh["limits"][0]["limit"], 120, "{fresh}");
+    assert_eq!(fresh["envoys"].as_array().map(Vec::len), Some(0), "{fresh}");
+
+    let alice = bucket(&[("user", "alice")]);
+    let mut first = Envoy::open(server.channel().await).await.expect("a stream");
+    let mut second = Envoy::open(server.channel().await).await.expect("a stream");
+    first.report(std::slice::from_ref(&alice)).await;
+    second.report(std::slice::from_ref(&alice)).await;
+    let (_, shared) = server.explain(&explain(r#"{"user":"alice"}"#)).await;
+    let envoys = shared["envoys"].as_array().cloned().unwrap_or_default();
+    assert_eq!(envoys.len(), 2, "{shared}");
+    let assigned = shared["assigned"][0].as_u64().expect("assigned");
+    assert!(
+        assigned > 0 && assigned <= 120,
+        "what both admit per window: {shared}"
+    );
+    assert!(
+        envoys.iter().all(|e| e["admits"][0].as_u64() > Some(0)),
+        "{shared}"
+    );
+    // Explaining assigned nothing: the ledger holds the same after it.
+    let (_, again) = server.explain(&explain(r#"{"user":"alice"}"#)).await;
+    assert_eq!(again["assigned"], shared["assigned"]);
+    assert_eq!(again["envoys"].as_array().map(Vec::len), Some(2));
+
+    for (bucket, outcome) in [
+        (r#"{"team":"blue"}"#, "no_rule"),
+        (r#"{"shadow":"s"}"#, "shadow"),
+        (r#"{"plan":"free","path":"/x"}"#, "limited"),
+    ] {
+        let (_, answer) = server.explain(&explain(bucket)).await;
+        assert_eq!(answer["outcome"], outcome, "{bucket}: {answer}");
+    }
+    assert_eq!(
+        metric(
+            &server,
+            "slidegate_rlqs_assignments_total{action=\"token_bucket\"}"
+        ),
+        2.0,
+        "explaining assigns nothing"
+    );
+
+    let hidden = Slidegate::start(rules.path(), &["--operator-hide-values"]);
+    let (_, answer) = hidden.explain(&explain(r#"{"user":"alice"}"#)).await;
+    assert_eq!(answer["outcome"], "limited", "{answer}");
+    assert!(!answer.to_string().contains("alice"), "{answer}");
+}

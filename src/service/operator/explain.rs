@@ -25,11 +25,23 @@ use crate::service::http_routes::{AppState, error_response};
 use crate::service::{OwnedRequest, json};
 use crate::store::HitKind;
 
+use super::explain_bucket;
+
 /// What a hidden value shows as.
 pub(super) const HIDDEN: &str = "(hidden)";
 
-pub(super) async fn handler(state: AppState, hide: bool, body: Bytes) -> Response {
+pub(super) async fn handler(
+    state: AppState,
+    options: &super::OperatorOptions,
+    body: Bytes,
+) -> Response {
+    let hide = options.hide_values;
     let limiter = state.front.limiter();
+    if let Some(quotas) = &options.quotas
+        && let Some(asked) = explain_bucket::BucketAsked::parse(&body)
+    {
+        return explain_bucket::answer(quotas, asked, &limiter.options().limits, hide);
+    }
     let request = match json::parse_request(&body, &limiter.options().limits) {
         Ok(request) => request,
         Err(message) => return error_response(&LimitError::InvalidArgument(message)),

@@ -4,7 +4,8 @@
 //! - `GET /rlconfig`: the live rules, one per line (`domain path: limits; flags; source`), after
 //!   `#` lines saying when they were loaded and whether the files on disk are the ones served;
 //! - `GET /metrics`: Prometheus text format (see [`crate::metrics`]);
-//! - `POST /explain`: what a request would get and why, counting nothing ([`explain`]);
+//! - `POST /explain`: what a request would get and why, counting nothing ([`explain`]), or what
+//!   an RLQS bucket id gets ([`explain_bucket`]);
 //! - `GET /`: the operator page ([`page`]), over `GET /status.json` ([`status`]) and the rest;
 //! - `GET /limited`: who is being limited now, across replicas ([`limited`]);
 //! - `DELETE /counters`: clears a request's counters, behind the operator token ([`counters`],
@@ -16,6 +17,7 @@
 
 mod counters;
 mod explain;
+mod explain_bucket;
 pub mod limited;
 mod page;
 pub mod status;
@@ -35,6 +37,7 @@ use parking_lot::Mutex;
 
 use super::Caller;
 use super::http_routes::{AppState, healthcheck};
+use super::rlqs::QuotaService;
 use status::History;
 use token::AdminToken;
 
@@ -50,6 +53,8 @@ pub struct OperatorOptions {
     pub replica: String,
     /// The decisions of the last minutes, for `/status.json` ([`status::spawn_sampler`]).
     pub history: Arc<Mutex<History>>,
+    /// The Rate Limit Quota Service, whose buckets `POST /explain` explains by bucket id.
+    pub quotas: Option<QuotaService>,
 }
 
 /// The operator listener's routes. `max_body_bytes` bounds the bodies it reads (`/explain`'s and
@@ -67,7 +72,8 @@ pub fn admin_router(state: AppState, options: OperatorOptions, max_body_bytes: u
     let explain = {
         let options = Arc::clone(&options);
         move |State(state): State<AppState>, body: Bytes| {
-            explain::handler(state, options.hide_values, body)
+            let options = Arc::clone(&options);
+            async move { explain::handler(state, &options, body).await }
         }
     };
     let limited = {

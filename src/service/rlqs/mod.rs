@@ -30,6 +30,10 @@
 //! (entries, key and value lengths) is not assigned (Envoy keeps its `no_assignment_behavior`).
 //! Each refusal is counted.
 
+mod explain;
+
+pub use explain::BucketExplained;
+
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -75,7 +79,7 @@ pub const MAX_BUCKETS_PER_STREAM: usize = 4096;
 pub const MAX_BUCKETS: usize = 100_000;
 
 /// The most ledgers one peer's buckets make (a ledger outlives its buckets by a window): room for
-/// a few streams' worth, and a tenth of [`MAX_BUCKETS`], so filling them takes ten peers.
+/// a few streams' worth, and a sixth of [`MAX_BUCKETS`], so filling them takes seven peers.
 pub const MAX_BUCKETS_PER_PEER: usize = 4 * MAX_BUCKETS_PER_STREAM;
 
 /// The most streams open from one peer. An Envoy opens one per `rate_limit_quota` filter
@@ -89,6 +93,12 @@ const MAX_LOGGED_AMBIGUITIES: usize = 64;
 #[derive(Clone)]
 pub struct QuotaService {
     shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for QuotaService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuotaService").finish_non_exhaustive()
+    }
 }
 
 struct Shared {
@@ -189,6 +199,29 @@ impl QuotaMetrics {
     }
 }
 
+/// What a bucket id reaches in the rules ([`Shared::reach`]).
+enum Reach {
+    /// `ALLOW_ALL`.
+    Free(Free),
+    /// Its search for a rule ran out: `DENY_ALL`.
+    TooComplex,
+    /// A rule (its name or path) with limits: shared through the ledger of its counter.
+    Limited {
+        rule: String,
+        quotas: Vec<Quota>,
+        key: LedgerKey,
+    },
+}
+
+/// Why a bucket id is assigned `ALLOW_ALL`.
+enum Free {
+    NoRule,
+    /// An `unlimited` rule (or one without limits), by name.
+    Unlimited(String),
+    /// A shadow rule, by name.
+    Shadow(String),
+}
+
 /// What one bucket of a report gets.
 enum Answer {
     Assign(Assignment),
@@ -210,6 +243,9 @@ pub const ABANDON_AFTER: Duration = Duration::from_secs(60);
 #[derive(Debug, Default)]
 struct StreamBuckets {
     active_at: HashMap<LedgerKey, (Duration, u64)>,
+    /// The ledger whose token bucket each bucket was last answered with (none: `ALLOW_ALL` or
+    /// `DENY_ALL` outside a ledger, or not answered yet): Envoy holds a grant of that ledger only.
+    answered_from: HashMap<LedgerKey, LedgerKey>,
 }
 
 /// What [`StreamBuckets::seen`] says of a bucket in a report.
@@ -235,6 +271,7 @@ impl StreamBuckets {
             }
             Some((at, _)) if now.saturating_sub(*at) >= ABANDON_AFTER => {
                 self.active_at.remove(&id);
+                self.answered_from.remove(&id);
                 Seen::Idle
             }
             Some((_, holder)) => Seen::Live(*holder),
@@ -378,7 +415,15 @@ impl Shared {
             let answer =
                 match buckets.seen(id_digest, requests, self.epoch.elapsed(), &self.next_holder) {
                     Seen::Live(holder) => {
-                        self.bucket((holder, peer), reported(usage), &report.domain, &entries)
+                        let last = buckets.answered_from.get(&id_digest).copied();
+                        let asked = (reported(usage), last);
+                        let (answer, from) =
+                            self.bucket((holder, peer), asked, &report.domain, &entries);
+                        match from {
+                            Some(key) => buckets.answered_from.insert(id_digest, key),
+                            None => buckets.answered_from.remove(&id_digest),
+                        };
+                        answer
                     }
                     Seen::TooMany => {
                         self.metrics.too_many.inc();
@@ -438,50 +483,28 @@ impl Shared {
                 .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes)
     }
 
-    /// What the bucket of `holder` (a bucket of `peer`), with these (sorted) entries and this
-    /// usage reported, gets now.
+    /// What the bucket of `holder` (a bucket of `peer`), with these (sorted) entries, this usage
+    /// reported and its last token bucket from the ledger `last`, gets now; and the ledger of
+    /// the token bucket it gets, if it gets one.
     fn bucket(
         &self,
         holder: (u64, Option<PeerKey>),
-        usage: Usage,
+        (usage, last): (Usage, Option<LedgerKey>),
         domain: &str,
         entries: &[(&str, &str)],
-    ) -> Answer {
-        let rules = self.limiter.rules().load();
-        let Some(domain_rules) = rules.domain(domain) else {
-            return Answer::AllowAll;
-        };
-        let order = match domain_rules.bucket_order(entries) {
-            BucketOrder::None => return Answer::AllowAll,
+    ) -> (Answer, Option<LedgerKey>) {
+        let (quotas, key) = match self.reach(domain, entries, true) {
+            Reach::Free(_) => return (Answer::AllowAll, None),
             // A bucket id shaped to outlast the search is denied, never let through.
-            BucketOrder::Unsettled => {
+            Reach::TooComplex => {
                 self.metrics.too_complex.inc();
-                return Answer::Assign(Assignment::DenyAll);
+                return (Answer::Assign(Assignment::DenyAll), None);
             }
-            BucketOrder::One(order) => order,
-            BucketOrder::Several(order) => {
-                self.ambiguous(domain, &order);
-                order
-            }
+            Reach::Limited { quotas, key, .. } => (quotas, key),
         };
-        let Some(matched) = domain_rules.match_entries(&order) else {
-            return Answer::AllowAll;
-        };
-        let rule = matched.rule;
-        if rule.unlimited || rule.shadow_mode || rule.limits.is_empty() {
-            return Answer::AllowAll;
-        }
-        let quotas: Vec<Quota> = (rule.limits.iter())
-            .map(|limit| Quota {
-                n: limit.requests_per_unit,
-                window: limit.window(),
-            })
-            .collect();
-        let counter = std::iter::once(domain)
-            .chain((matched.counter_entries.iter()).flat_map(|(k, v)| [*k, *v]));
-        let key = ledger_key(counter);
-        let now = self.epoch.elapsed();
-        match self.ledgers.assign(key, holder, now, usage, &quotas) {
+        let now = || self.epoch.elapsed();
+        let fresh = last != Some(key);
+        let answer = match self.ledgers.assign(key, holder, now, usage, &quotas, fresh) {
             Ok((assignment, assigned)) => {
                 if let Assignment::Bucket(bucket) = assignment {
                     self.metrics.assigned.observe(assigned);
@@ -500,6 +523,53 @@ impl Shared {
                 }
                 Answer::Assign(Assignment::DenyAll)
             }
+        };
+        let from = matches!(answer, Answer::Assign(Assignment::Bucket(_))).then_some(key);
+        (answer, from)
+    }
+
+    /// What a bucket id (its sorted entries) reaches in the rules: a rule that assigns
+    /// `ALLOW_ALL`, a search that ran out, or a rule's limits and the ledger of its counter.
+    /// `counted`: an ambiguous order is counted and logged (for an assignment, not an explain).
+    fn reach(&self, domain: &str, entries: &[(&str, &str)], counted: bool) -> Reach {
+        let rules = self.limiter.rules().load();
+        let Some(domain_rules) = rules.domain(domain) else {
+            return Reach::Free(Free::NoRule);
+        };
+        let order = match domain_rules.bucket_order(entries) {
+            BucketOrder::None => return Reach::Free(Free::NoRule),
+            BucketOrder::Unsettled => return Reach::TooComplex,
+            BucketOrder::One(order) => order,
+            BucketOrder::Several(order) => {
+                if counted {
+                    self.ambiguous(domain, &order);
+                }
+                order
+            }
+        };
+        let Some(matched) = domain_rules.match_entries(&order) else {
+            return Reach::Free(Free::NoRule);
+        };
+        let rule = matched.rule;
+        let label = rule.name.clone().unwrap_or_else(|| rule.path.clone());
+        if rule.unlimited || rule.limits.is_empty() {
+            return Reach::Free(Free::Unlimited(label));
+        }
+        if rule.shadow_mode {
+            return Reach::Free(Free::Shadow(label));
+        }
+        let quotas: Vec<Quota> = (rule.limits.iter())
+            .map(|limit| Quota {
+                n: limit.requests_per_unit,
+                window: limit.window(),
+            })
+            .collect();
+        let counter = std::iter::once(domain)
+            .chain((matched.counter_entries.iter()).flat_map(|(k, v)| [*k, *v]));
+        Reach::Limited {
+            rule: label,
+            quotas,
+            key: ledger_key(counter),
         }
     }
 
@@ -534,6 +604,15 @@ fn reported(usage: &BucketQuotaUsage) -> Usage {
         denied: usage.num_requests_denied,
         elapsed: elapsed.unwrap_or_default(),
     }
+}
+
+/// Owned entries, borrowed and sorted by key.
+fn sorted_pairs(entries: &[(String, String)]) -> Vec<(&str, &str)> {
+    let mut pairs: Vec<(&str, &str)> = (entries.iter())
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    pairs.sort_unstable();
+    pairs
 }
 
 /// A bucket id's entries, sorted by key.

@@ -29,10 +29,13 @@
 //! than the share grows when the ledger has room for the whole share beside what the shrinking
 //! ones are to get (so a share on its way from one Envoy to another leaves neither short). So a
 //! share moves from a quiet Envoy to a busy one once the quiet one's larger grant stops counting:
-//! its next report (within 5 s), then its TTL and the delivery margin, then one window, then the
-//! busy one's next report: within about 26 s + W. An Envoy that leaves (no report for a TTL)
-//! stops sharing then, and its grants stop counting a window after their end: its share is back
-//! within about 21 s + W. The eighth keeps shares from moving on noise: each move refills the
+//! its next report (within 5 s), then its TTL and the delivery margin (18 s), then one window,
+//! then the busy one's next report: within about 28 s + W. An Envoy that leaves (no report for a
+//! TTL) stops sharing then, and its grants stop counting a window after their end: its share is
+//! back within about 23 s + W. Where room is tight, Envoys grow one after the other, each once the
+//! grant the one before it replaced stops counting (up to 23 s + W more each). A grant over its
+//! share that finds no room for a smaller one is renewed rather than denied. The eighth keeps
+//! shares from moving on noise: each move refills the
 //! Envoy's bucket and counts twice for a while. A grant is renewed
 //! unchanged (Envoy keeps its tokens) only while Envoy surely still holds it; a later one starts
 //! full, and is a new grant. A quarter of a weight (at least one token) is burst, the rest is
@@ -43,13 +46,19 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// How long an assignment lasts: longer than Envoy's report interval (5 s) with room for two
-/// missed reports; a share moves to another Envoy no faster than this.
+/// How long an assignment lasts: longer than Envoy's report interval (5 s) with room for one
+/// missed report (a renewal needs a report within a TTL less [`MARGIN`]); a share moves to
+/// another Envoy no faster than this.
 pub const TTL: Duration = Duration::from_secs(15);
 
 /// Added to a grant's end for the time the answer takes to reach Envoy, whose TTL starts when it
-/// reads the answer.
-const DELIVERY: Duration = Duration::from_secs(1);
+/// reads the answer: a report's answers are sent together, after every bucket of it.
+const DELIVERY: Duration = Duration::from_secs(3);
+
+/// The most Envoys' buckets (holders) one ledger shares among: a `share_threshold` wildcard maps
+/// many bucket ids to one counter, and each assignment reads the whole ledger. A new one over it
+/// is denied until some leave.
+pub const MAX_HOLDERS: usize = 1024;
 
 /// A grant is renewed (Envoy keeps its tokens) only while Envoy surely still holds it: sent less
 /// than a TTL minus this ago. Later, Envoy may have let it expire, and what it gets next starts
@@ -176,10 +185,13 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// The requests per second it reports (over at least a second).
-    fn rate(&self) -> f64 {
+    /// The requests per second it reports, if it reports a second or more: Envoy's first
+    /// report of a new bucket comes at once, with the request that made it, and says nothing of
+    /// a rate yet.
+    fn rate(&self) -> Option<f64> {
         let requests = self.allowed.saturating_add(self.denied) as f64;
-        requests / self.elapsed.as_secs_f64().max(1.0)
+        let secs = self.elapsed.as_secs_f64();
+        (secs >= 1.0).then(|| requests / secs)
     }
 }
 
@@ -188,8 +200,17 @@ impl Usage {
 struct Reporter {
     at: Duration,
     usage: Usage,
-    /// Requests per second, as its last report said.
-    demand: f64,
+    /// Requests per second, as its last report said; `None` before a report says.
+    demand: Option<f64>,
+}
+
+/// What a ledger shows ([`Ledger::view`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LedgerView {
+    /// Each current grant: its holder, its bucket, and how long until it ends.
+    pub grants: Vec<(u64, TokenBucket, Duration)>,
+    /// Each reporter and its demand (requests per second; `None` before a report says).
+    pub demands: Vec<(u64, Option<f64>)>,
 }
 
 /// The grants and reporters of one bucket (see the module docs).
@@ -206,18 +227,28 @@ pub struct Ledger {
 
 impl Ledger {
     /// What `holder`, reporting `usage`, gets for the bucket at `now`, under `quotas` (the rule's
-    /// limits).
+    /// limits). `fresh`: the holder's last answer was not from this ledger (another rule's, or
+    /// none), so Envoy holds none of its grants here any more.
     pub fn assign(
         &mut self,
         holder: u64,
         now: Duration,
         usage: Usage,
         quotas: &[Quota],
+        fresh: bool,
     ) -> Assignment {
         // A reload may lengthen a window: an ended grant counts for the longest ever seen.
         let longest = quotas.iter().map(|q| q.window).max().unwrap_or_default();
         self.longest = self.longest.max(longest);
         self.forget(now);
+        if !self.reporters.contains_key(&holder) && self.reporters.len() >= MAX_HOLDERS {
+            return Assignment::DenyAll;
+        }
+        if fresh {
+            for grant in self.grants.iter_mut().filter(|g| g.holder == holder) {
+                grant.current = false;
+            }
+        }
         let demand = usage.rate();
         self.reporters.insert(
             holder,
@@ -228,10 +259,14 @@ impl Ledger {
             },
         );
         let sharers = self.reporters.len() as u64;
-        let total: f64 = self.reporters.values().map(|r| r.demand).sum();
+        // A demand not known yet counts as the mean of those known.
+        let known: Vec<f64> = self.reporters.values().filter_map(|r| r.demand).collect();
+        let mean = known.iter().sum::<f64>() / known.len().max(1) as f64;
+        let total = mean * sharers as f64;
         // A reporter's part of the pool: a floor of 1/2k and half in proportion to its demand;
         // at least one token while the limit has one, even when that leaves nothing in reserve.
-        let share_at = |q: &Quota, demand: f64| {
+        let share_at = |q: &Quota, demand: Option<f64>| {
+            let demand = demand.unwrap_or(mean);
             let part = if total > 0.0 {
                 1.0 / (2 * sharers) as f64 + demand / (2.0 * total)
             } else {
@@ -291,9 +326,19 @@ impl Ledger {
                 }
             }
             // Over the share (an Envoy joined) or the limit (a reload): replaced by what there is
-            // room for beside it, or denied. The old grant keeps counting until its own end: with
-            // no acknowledgement, Envoy may not have read the replacement.
+            // room for beside it. The old grant keeps counting until its own end: with no
+            // acknowledgement, Envoy may not have read the replacement. Without room, a grant
+            // that still fits is renewed rather than denied (the share moves a TTL later).
             self.grants[i].current = false;
+            if let Some(smaller) = self.bucket_within_room(now, quotas, &share, None) {
+                return self.grant(holder, smaller, now);
+            }
+            if fits {
+                self.grants[i].current = true;
+                self.grants[i].sent = now;
+                self.grants[i].end = now + TTL + DELIVERY;
+                return Assignment::Bucket(grant.bucket);
+            }
         }
         match self.bucket_within_room(now, quotas, &share, None) {
             Some(bucket) => self.grant(holder, bucket, now),
@@ -369,6 +414,20 @@ impl Ledger {
     pub fn is_idle(&mut self, now: Duration) -> bool {
         self.forget(now);
         self.grants.is_empty() && self.reporters.is_empty()
+    }
+
+    /// What each Envoy holds and reported now, for `POST /explain`: per current grant, its
+    /// holder, bucket, and the seconds until it ends; per reporter, its demand.
+    pub fn view(&self, now: Duration) -> LedgerView {
+        LedgerView {
+            grants: (self.grants.iter())
+                .filter(|g| g.current)
+                .map(|g| (g.holder, g.bucket, g.end.saturating_sub(now)))
+                .collect(),
+            demands: (self.reporters.iter())
+                .map(|(holder, r)| (*holder, r.demand))
+                .collect(),
+        }
     }
 
     /// What `holder` last reported of the bucket, while it is a reporter.
@@ -451,26 +510,29 @@ mod tests {
             window: 10 * S,
         }];
         let mut ledger = Ledger::default();
-        let Assignment::Bucket(first) = ledger.assign(1, Duration::ZERO, Usage::default(), &quotas)
+        let Assignment::Bucket(first) =
+            ledger.assign(1, Duration::ZERO, Usage::default(), &quotas, false)
         else {
             panic!("the first Envoy gets a bucket");
         };
         assert!(first.weight(10 * S) <= 60, "{first:?}");
         assert_eq!(
-            ledger.assign(1, 5 * S, Usage::default(), &quotas),
+            ledger.assign(1, 5 * S, Usage::default(), &quotas, false),
             Assignment::Bucket(first)
         );
-        let Assignment::Bucket(second) = ledger.assign(2, 6 * S, Usage::default(), &quotas) else {
+        let Assignment::Bucket(second) = ledger.assign(2, 6 * S, Usage::default(), &quotas, false)
+        else {
             panic!("a second Envoy gets a bucket at once");
         };
         assert!(second.weight(10 * S) <= 40, "{second:?}");
-        let Assignment::Bucket(shrunk) = ledger.assign(1, 10 * S, Usage::default(), &quotas) else {
+        let Assignment::Bucket(shrunk) = ledger.assign(1, 10 * S, Usage::default(), &quotas, false)
+        else {
             panic!("the first Envoy's share shrinks to what is left");
         };
         assert!(shrunk.weight(10 * S) <= 20, "{shrunk:?}");
         // Reported again before Envoy's TTL runs out: renewed unchanged.
         assert_eq!(
-            ledger.assign(1, 12 * S, Usage::default(), &quotas),
+            ledger.assign(1, 12 * S, Usage::default(), &quotas, false),
             Assignment::Bucket(shrunk)
         );
         let mut now = 10 * S;
@@ -478,8 +540,8 @@ mod tests {
         while now < 120 * S {
             now += 5 * S;
             last = (
-                ledger.assign(1, now, Usage::default(), &quotas),
-                ledger.assign(2, now, Usage::default(), &quotas),
+                ledger.assign(1, now, Usage::default(), &quotas, false),
+                ledger.assign(2, now, Usage::default(), &quotas, false),
             );
         }
         let (Assignment::Bucket(a), Assignment::Bucket(b)) = last else {
@@ -488,6 +550,26 @@ mod tests {
         assert_eq!(a, b, "equal shares in the end");
         assert!(a.weight(10 * S) <= 40 && a.weight(10 * S) >= 30, "{a:?}");
         assert!(most_admitted(ledger.grants(), 10 * S) <= 120);
+    }
+
+    /// A ledger shares among at most [`MAX_HOLDERS`] Envoys' buckets: one more is denied and not
+    /// counted as a sharer (the others' shares stay), and a known one is still answered.
+    #[test]
+    fn a_ledger_shares_among_a_bounded_number_of_holders() {
+        let quotas = [Quota {
+            n: 1_000_000,
+            window: 10 * S,
+        }];
+        let mut ledger = Ledger::default();
+        for holder in 0..MAX_HOLDERS as u64 {
+            ledger.assign(holder, S, Usage::default(), &quotas, false);
+        }
+        assert!(ledger.usage(MAX_HOLDERS as u64 - 1).is_some());
+        let over = ledger.assign(MAX_HOLDERS as u64, S, Usage::default(), &quotas, false);
+        assert_eq!(over, Assignment::DenyAll);
+        assert_eq!(ledger.usage(MAX_HOLDERS as u64), None, "not a sharer");
+        let known = ledger.assign(0, 2 * S, Usage::default(), &quotas, false);
+        assert!(matches!(known, Assignment::Bucket(_)), "{known:?}");
     }
 
     /// Every 5 s, as Envoy reports, holder 1 and 2 report `demand` requests each; the weights of
@@ -508,8 +590,8 @@ mod tests {
         for _ in 0..rounds {
             *now += 5 * S;
             last = (
-                ledger.assign(1, *now, report(demand.0), quotas),
-                ledger.assign(2, *now, report(demand.1), quotas),
+                ledger.assign(1, *now, report(demand.0), quotas, false),
+                ledger.assign(2, *now, report(demand.1), quotas, false),
             );
         }
         let weight = |a: Assignment| match a {
@@ -552,8 +634,15 @@ mod tests {
 
     /// What one step of a run does: an Envoy (of four) reports the bucket after some seconds,
     /// with some requests allowed and denied.
-    fn steps() -> impl Strategy<Value = Vec<(u64, u64, u64, u64)>> {
-        prop::collection::vec((0..4u64, 0..8u64, 0..1000u64, 0..1000u64), 1..80)
+    fn steps() -> impl Strategy<Value = Vec<(u64, u64, u64, u64, bool)>> {
+        let step = (
+            0..4u64,
+            0..8u64,
+            0..1000u64,
+            0..1000u64,
+            prop::bool::weighted(0.1),
+        );
+        prop::collection::vec(step, 1..80)
     }
 
     proptest! {
@@ -575,10 +664,10 @@ mod tests {
             let mut ledger = Ledger::default();
             let mut all: Vec<Grant> = Vec::new();
             let mut now = Duration::ZERO;
-            for (holder, pause, allowed, denied) in steps {
+            for (holder, pause, allowed, denied, fresh) in steps {
                 now += Duration::from_secs(pause);
                 let usage = Usage { allowed, denied, elapsed: Duration::from_secs(pause) };
-                ledger.assign(holder, now, usage, &quotas);
+                ledger.assign(holder, now, usage, &quotas, fresh);
                 // Every grant ever made, with its latest end (renewals and replacements).
                 for grant in ledger.grants() {
                     match all.iter_mut().find(|g| g.id == grant.id) {

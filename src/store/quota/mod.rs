@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-pub use ledger::{Assignment, Grant, Ledger, Quota, TTL, TokenBucket, Usage};
+pub use ledger::{Assignment, Grant, Ledger, LedgerView, Quota, TTL, TokenBucket, Usage};
 
 /// The key of a bucket's ledger: a digest of its domain and counter entries, 32 bytes whatever
 /// the size of the id.
@@ -81,18 +81,21 @@ impl<P: Copy + Eq + Hash> QuotaLedgers<P> {
     }
 
     /// What `holder` (one bucket of one stream, of `peer`), reporting `usage`, gets of the bucket
-    /// `key` at `now` under `quotas`, and how much of the bucket's limits is handed out then (the
-    /// largest [`Ledger::assigned_ratio`]); a bucket without a ledger gets one if the table and
-    /// the peer have room.
+    /// `key` at `now` under `quotas` ([`Ledger::assign`], `fresh` too), and how much of the
+    /// bucket's limits is handed out then (the largest [`Ledger::assigned_ratio`]); a bucket
+    /// without a ledger gets one if the table and the peer have room. `now` is read once the
+    /// table is locked, so that no wait for the lock shortens a grant's life.
     pub fn assign(
         &self,
         key: LedgerKey,
         (holder, peer): (u64, P),
-        now: Duration,
+        now: impl FnOnce() -> Duration,
         usage: Usage,
         quotas: &[Quota],
+        fresh: bool,
     ) -> Result<(Assignment, f64), Full> {
         let mut table = self.table.lock();
+        let now = now();
         table.since_sweep += 1;
         let full = table.ledgers.len() >= self.max_ledgers;
         let peer_full = || table.made_by.get(&peer).copied().unwrap_or(0) >= self.max_per_peer;
@@ -114,11 +117,17 @@ impl<P: Copy + Eq + Hash> QuotaLedgers<P> {
             table.ledgers.insert(key, (Ledger::default(), peer));
         }
         let (ledger, _) = table.ledgers.get_mut(&key).ok_or(Full::All)?;
-        let assignment = ledger.assign(holder, now, usage, quotas);
+        let assignment = ledger.assign(holder, now, usage, quotas, fresh);
         let assigned = (quotas.iter())
             .map(|q| ledger.assigned_ratio(q))
             .fold(0.0, f64::max);
         Ok((assignment, assigned))
+    }
+
+    /// What the ledger of bucket `key` shows at `now`, if it has one.
+    pub fn view(&self, key: &LedgerKey, now: Duration) -> Option<LedgerView> {
+        let table = self.table.lock();
+        table.ledgers.get(key).map(|(ledger, _)| ledger.view(now))
     }
 
     /// How many ledgers are kept.
@@ -167,7 +176,8 @@ mod tests {
         let quotas = per_minute(10);
         let assign = |bucket: u32, holder: u64, peer: u8, now: Duration| {
             let key = ledger_key([bucket.to_string().as_str()]);
-            (ledgers.assign(key, (holder, peer), now, Usage::default(), &quotas)).map(|_| ())
+            let now = || now;
+            (ledgers.assign(key, (holder, peer), now, Usage::default(), &quotas, false)).map(|_| ())
         };
         assert_eq!(assign(1, 1, b'a', S), Ok(()));
         assert_eq!(assign(2, 2, b'a', S), Ok(()));
@@ -184,7 +194,7 @@ mod tests {
         assert_eq!(ledgers.len(), 5);
         // Grants end a TTL (and the answer's delivery) after they were sent, and count a window
         // longer: after that every ledger is idle and is swept when the table is full.
-        let later = S + TTL + 2 * S + 60 * S;
+        let later = S + TTL + 4 * S + 60 * S;
         assert_eq!(assign(6, 21, b'a', later), Ok(()));
         assert_eq!(ledgers.len(), 1);
         assert_eq!(assign(7, 22, b'a', later), Ok(()));
