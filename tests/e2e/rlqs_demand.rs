@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::fixtures::{Slidegate, Upstream, sleep_until, test_dir, write_config};
+use crate::fixtures::{Slidegate, Upstream, sleep_until, test_dir, try_http, write_config};
 use crate::rlqs::{assert_decided, get, rlqs_envoy};
 use crate::support::envoy_program;
 
@@ -113,17 +113,39 @@ fn rlqs_two_envoys_share_one_limit_by_demand() {
         drive(b_port, Arc::clone(&b_on), Arc::clone(&stop)),
     ];
     let at = |secs: u64| start + Duration::from_secs(secs);
+    // What slidegate says each Envoy holds (POST /explain with the bucket id), for the log.
+    let shares = || {
+        let body = r#"{"domain":"rlqs","bucketId":{"user":"alice"}}"#;
+        let answer = try_http(slidegate.admin_port, "POST", "/explain", &[], body);
+        answer.map(|r| r.body).unwrap_or_default()
+    };
+    let mut seen = Vec::new();
 
     // Both busy for 55 s (their first assignments settle); then only A for 50 s (B idle, its
     // bucket still reported: under the minute that abandons it); then B alone for 50 s once A's
     // Envoy is gone.
+    for secs in [20, 35, 50] {
+        sleep_until(at(secs));
+        seen.push((secs, shares()));
+    }
     sleep_until(at(55));
     b_on.store(false, Ordering::SeqCst);
+    for secs in [70, 85, 100] {
+        sleep_until(at(secs));
+        seen.push((secs, shares()));
+    }
     sleep_until(at(105));
     a_on.store(false, Ordering::SeqCst);
     b_on.store(true, Ordering::SeqCst);
     drop(a);
+    for secs in [120, 135, 150] {
+        sleep_until(at(secs));
+        seen.push((secs, shares()));
+    }
     sleep_until(at(155));
+    for (secs, answer) in &seen {
+        eprintln!("{secs} s: {answer}");
+    }
     stop.store(true, Ordering::SeqCst);
     let [a_sent, b_sent] = drivers.map(|d| d.join().expect("driver"));
     drop(b.take());

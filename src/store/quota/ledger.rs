@@ -34,7 +34,8 @@
 //! TTL) stops sharing then, and its grants stop counting a window after their end: its share is
 //! back within about 23 s + W. Where room is tight, Envoys grow one after the other, each once the
 //! grant the one before it replaced stops counting (up to 23 s + W more each). A grant over its
-//! share that finds no room for a smaller one is renewed rather than denied. The eighth keeps
+//! share that finds room for less than half the share is renewed for up to a TTL rather than cut
+//! (the room often frees by then), then cut to the room or denied. The eighth keeps
 //! shares from moving on noise: each move refills the
 //! Envoy's bucket and counts twice for a while. A grant is renewed
 //! unchanged (Envoy keeps its tokens) only while Envoy surely still holds it; a later one starts
@@ -172,6 +173,9 @@ pub struct Grant {
     pub end: Duration,
     /// Whether it is the holder's latest assignment, not replaced.
     pub current: bool,
+    /// Since when it has been over its holder's share while it could not be cut (see
+    /// [`Ledger::assign`]).
+    pub over_since: Option<Duration>,
 }
 
 /// What an Envoy reported of a bucket in one report: the requests it allowed and denied since its
@@ -319,26 +323,31 @@ impl Ledger {
                         return self.grant(holder, bigger, now);
                     }
                     _ => {
+                        self.grants[i].over_since = None;
                         self.grants[i].sent = now;
                         self.grants[i].end = now + TTL + DELIVERY;
                         return Assignment::Bucket(grant.bucket);
                     }
                 }
             }
-            // Over the share (an Envoy joined) or the limit (a reload): replaced by what there is
-            // room for beside it. The old grant keeps counting until its own end: with no
-            // acknowledgement, Envoy may not have read the replacement. Without room, a grant
-            // that still fits is renewed rather than denied (the share moves a TTL later).
-            self.grants[i].current = false;
-            if let Some(smaller) = self.bucket_within_room(now, quotas, &share, None) {
-                return self.grant(holder, smaller, now);
-            }
-            if fits {
-                self.grants[i].current = true;
+            // Over the share (an Envoy joined, or its demand fell) or the limit (a reload):
+            // replaced by what there is room for beside it. The old grant keeps counting until
+            // its own end: with no acknowledgement, Envoy may not have read the replacement.
+            // With room for less than half the share, a grant that still fits is renewed for up
+            // to a TTL instead (room often frees by then): each replacement counts twice for a
+            // while, and a cut one would soon grow again. After that it is cut to the room, or
+            // denied without any, so that no grant keeps more than its share for long.
+            let cramped = quotas.iter().any(|q| {
+                let room = q.n.saturating_sub(self.held(now, q));
+                room < share(q).div_ceil(2)
+            });
+            let over_since = *self.grants[i].over_since.get_or_insert(now);
+            if cramped && fits && now < over_since + TTL {
                 self.grants[i].sent = now;
                 self.grants[i].end = now + TTL + DELIVERY;
                 return Assignment::Bucket(grant.bucket);
             }
+            self.grants[i].current = false;
         }
         match self.bucket_within_room(now, quotas, &share, None) {
             Some(bucket) => self.grant(holder, bucket, now),
@@ -376,6 +385,7 @@ impl Ledger {
             sent: now,
             end: now + TTL + DELIVERY,
             current: true,
+            over_since: None,
         });
         Assignment::Bucket(bucket)
     }
