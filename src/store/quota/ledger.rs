@@ -26,9 +26,11 @@
 //! A grant clearly larger than today's share (by an eighth) is replaced by what the ledger has room
 //! for beside it, or by `DENY_ALL` without room; the larger one still counts until its own end,
 //! since a share cannot be taken back sooner (there is no acknowledgement). A grant clearly smaller
-//! than the share grows when the ledger has room for the whole share beside what the shrinking
-//! ones are to get (so a share on its way from one Envoy to another leaves neither short). So a
-//! share moves from a quiet Envoy to a busy one once the quiet one's larger grant stops counting:
+//! than the share grows toward it, as far as the room beside everything (its own old grant
+//! included, so a share above the reserve may settle short of it) and beside what the shrinking
+//! ones are to get (so a share on its way from one Envoy to another leaves neither short), when
+//! that is clearly more. So a share moves from a quiet Envoy to a busy one once the quiet one's
+//! larger grant stops counting:
 //! its next report (within 5 s), then its TTL and the delivery margin (18 s), then one window,
 //! then the busy one's next report: within about 28 s + W. An Envoy that leaves (no report for a
 //! TTL) stops sharing then, and its grants stop counting a window after their end: its share is
@@ -313,12 +315,16 @@ impl Ledger {
             // made, unless a reload lowered a limit.
             let fits = quotas.iter().all(|q| self.held(now, q) <= q.n);
             if within && fits {
-                // Grow to the whole share when it is clearly more and there is room for it
-                // beside everything else.
-                let short =
-                    (quotas.iter()).any(|q| clearly_over(share(q), grant.bucket.weight(q.window)));
-                match self.bucket_within_room(now, quotas, &share, Some(&pending)) {
-                    Some(bigger) if short && bigger != grant.bucket => {
+                // Grow toward the share, as far as there is room beside everything else and what
+                // the shrinking ones are to get, when that is clearly more.
+                let bigger = self.bucket_within_room(now, quotas, &share, &pending);
+                let current = |q: &Quota| grant.bucket.weight(q.window);
+                let grows = bigger.is_some_and(|b| {
+                    (quotas.iter()).all(|q| b.weight(q.window) >= current(q))
+                        && (quotas.iter()).any(|q| clearly_over(b.weight(q.window), current(q)))
+                });
+                match bigger {
+                    Some(bigger) if grows => {
                         self.grants[i].current = false;
                         return self.grant(holder, bigger, now);
                     }
@@ -349,7 +355,8 @@ impl Ledger {
             }
             self.grants[i].current = false;
         }
-        match self.bucket_within_room(now, quotas, &share, None) {
+        let nothing = vec![0; quotas.len()];
+        match self.bucket_within_room(now, quotas, &share, &nothing) {
             Some(bucket) => self.grant(holder, bucket, now),
             None => Assignment::DenyAll,
         }
@@ -390,25 +397,22 @@ impl Ledger {
         Assignment::Bucket(bucket)
     }
 
-    /// The bucket of a share for every limit, each no more than what the ledger has room for;
-    /// with `whole_beside` (per limit), only if there is room for the whole share beside that.
+    /// The bucket of a share for every limit, each no more than what the ledger has room for
+    /// beside `set_aside` (per limit).
     fn bucket_within_room(
         &self,
         now: Duration,
         quotas: &[Quota],
         share: &impl Fn(&Quota) -> u64,
-        whole_beside: Option<&[u64]>,
+        set_aside: &[u64],
     ) -> Option<TokenBucket> {
         let mut buckets = Vec::with_capacity(quotas.len());
-        for (i, quota) in quotas.iter().enumerate() {
-            let room = quota.n.saturating_sub(self.held(now, quota));
-            let share = share(quota);
-            if let Some(pending) = whole_beside
-                && room < share.saturating_add(pending[i])
-            {
-                return None;
-            }
-            buckets.push(TokenBucket::for_share(share.min(room), quota.window)?);
+        for (quota, aside) in quotas.iter().zip(set_aside) {
+            let room = (quota.n.saturating_sub(self.held(now, quota))).saturating_sub(*aside);
+            buckets.push(TokenBucket::for_share(
+                share(quota).min(room),
+                quota.window,
+            )?);
         }
         TokenBucket::tightest(&buckets)
     }
@@ -689,6 +693,57 @@ mod tests {
             for quota in &quotas {
                 let most = most_admitted(&all, quota.window);
                 prop_assert!(most <= quota.n, "{most} > {} per {:?}: {all:?}", quota.n, quota.window);
+            }
+        }
+
+        /// After any sequence of reports, Envoys that then report a steady demand settle near
+        /// their shares of it (P/2k plus half of P by demand): none above its share by more than
+        /// the eighth a share moves by (and a token of rounding), and none below the lesser of
+        /// its share and the reserve N/(k+1) by more. (A grant grows only beside its old one,
+        /// which counts until it ends: a share above the reserve may stop short of it.)
+        #[test]
+        fn a_steady_demand_converges_to_its_share(
+            steps in steps(),
+            n in 16..500u64,
+            window_secs in 1..30u64,
+            demands in prop::collection::vec(0..1000u64, 1..4),
+        ) {
+            let quotas = [Quota { n, window: Duration::from_secs(window_secs) }];
+            let mut ledger = Ledger::default();
+            let mut now = Duration::ZERO;
+            for (holder, pause, allowed, denied, fresh) in steps {
+                now += Duration::from_secs(pause);
+                let usage = Usage { allowed, denied, elapsed: Duration::from_secs(pause) };
+                ledger.assign(holder, now, usage, &quotas, fresh);
+            }
+            let k = demands.len() as u64;
+            let mut last = vec![Assignment::DenyAll; demands.len()];
+            for _ in 0..40 {
+                now += 5 * S;
+                for (holder, demand) in demands.iter().enumerate() {
+                    let usage = Usage { allowed: *demand, denied: 0, elapsed: 5 * S };
+                    last[holder] = ledger.assign(holder as u64, now, usage, &quotas, false);
+                }
+            }
+            let pool = n - n / (k + 1);
+            let total: u64 = demands.iter().sum();
+            for (holder, demand) in demands.iter().enumerate() {
+                let part = if total > 0 {
+                    1.0 / (2 * k) as f64 + *demand as f64 / (2.0 * total as f64)
+                } else {
+                    1.0 / k as f64
+                };
+                let share = ((pool as f64 * part) as u64).max(1);
+                let Assignment::Bucket(bucket) = last[holder] else {
+                    return Err(TestCaseError::fail(format!("holder {holder} denied: {last:?}")));
+                };
+                let weight = bucket.weight(quotas[0].window);
+                let slack = (share / 8).max(1) + 1;
+                let floor = share.min(n / (k + 1));
+                prop_assert!(
+                    weight <= share + slack && weight + slack >= floor,
+                    "holder {holder}: admits {weight}, its share is {share} (n {n}, {demands:?})"
+                );
             }
         }
     }
