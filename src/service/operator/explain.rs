@@ -40,7 +40,7 @@ pub(super) async fn handler(
     if let Some(quotas) = &options.quotas
         && let Some(asked) = explain_bucket::BucketAsked::parse(&body)
     {
-        return explain_bucket::answer(quotas, asked, &limiter.options().limits, hide);
+        return explain_bucket::answer(quotas, asked, hide);
     }
     let request = match json::parse_request(&body, &limiter.options().limits) {
         Ok(request) => request,

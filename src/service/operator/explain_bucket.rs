@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::explain::{entries_json, human};
-use crate::limiter::{LimitError, RequestLimits};
+use crate::limiter::LimitError;
 use crate::service::http_routes::error_response;
 use crate::service::rlqs::QuotaService;
 
@@ -36,22 +36,12 @@ impl BucketAsked {
     }
 }
 
-pub(super) fn answer(
-    quotas: &QuotaService,
-    asked: BucketAsked,
-    limits: &RequestLimits,
-    hide: bool,
-) -> Response {
-    let too_large = asked.bucket_id.len() > limits.max_entries
-        || asked.domain.len() > limits.max_value_bytes
-        || (asked.bucket_id.iter())
-            .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes);
-    if too_large {
+pub(super) fn answer(quotas: &QuotaService, asked: BucketAsked, hide: bool) -> Response {
+    let entries: Vec<(String, String)> = asked.bucket_id.into_iter().collect();
+    let Some(explained) = quotas.explain(&asked.domain, &entries) else {
         let message = "the bucket id is over the request limits (entries, key or value length)";
         return error_response(&LimitError::InvalidArgument(message.to_owned()));
-    }
-    let entries: Vec<(String, String)> = asked.bucket_id.into_iter().collect();
-    let explained = quotas.explain(&asked.domain, &entries);
+    };
     let limits: Vec<Value> = (explained.limits.iter())
         .map(|(n, window)| json!({"limit": n, "window": human(*window)}))
         .collect();

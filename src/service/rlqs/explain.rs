@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Free, QuotaService, Reach, sorted_pairs};
+use super::{Free, QuotaService, Reach, sorted};
 
 /// A bucket id explained.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,17 +35,21 @@ pub struct EnvoyShare {
 }
 
 impl QuotaService {
-    /// What the bucket id `entries` of `domain` gets now, and why.
-    pub fn explain(&self, domain: &str, entries: &[(String, String)]) -> BucketExplained {
+    /// What the bucket id `entries` of `domain` gets now, and why; `None` for a bucket id over
+    /// the request limits, which a report would not have assigned either.
+    pub fn explain(&self, domain: &str, entries: &[(String, String)]) -> Option<BucketExplained> {
         let shared = &self.shared;
-        let entries = sorted_pairs(entries);
+        let entries = sorted(entries.iter().map(|(k, v)| (k, v)));
+        if shared.too_large(domain, &entries) {
+            return None;
+        }
         let free = |outcome, rule| BucketExplained {
             outcome,
             rule,
             limits: Vec::new(),
             envoys: Vec::new(),
         };
-        match shared.reach(domain, &entries, false) {
+        Some(match shared.reach(domain, &entries, false) {
             Reach::Free(Free::NoRule) => free("no_rule", None),
             Reach::Free(Free::Unlimited(rule)) => free("unlimited", Some(rule)),
             Reach::Free(Free::Shadow(rule)) => free("shadow", Some(rule)),
@@ -73,6 +77,6 @@ impl QuotaService {
                     envoys,
                 }
             }
-        }
+        })
     }
 }

@@ -51,7 +51,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_serv
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 use futures::Stream;
@@ -402,11 +402,11 @@ impl Shared {
                 self.metrics.too_many.inc();
                 break;
             }
-            if self.too_large(&report.domain, id) {
+            let entries = sorted(&id.bucket);
+            if self.too_large(&report.domain, &entries) {
                 self.metrics.too_large.inc();
                 continue;
             }
-            let entries = sorted(id);
             let id_digest = ledger_key(entries.iter().flat_map(|(k, v)| [*k, *v]));
             if !answered.insert(id_digest) {
                 continue;
@@ -475,11 +475,11 @@ impl Shared {
     }
 
     /// Whether a bucket id (or the domain) is over the request limits.
-    fn too_large(&self, domain: &str, id: &BucketId) -> bool {
+    fn too_large(&self, domain: &str, entries: &[(&str, &str)]) -> bool {
         let limits = &self.limiter.options().limits;
-        id.bucket.len() > limits.max_entries
+        entries.len() > limits.max_entries
             || domain.len() > limits.max_value_bytes
-            || (id.bucket.iter())
+            || (entries.iter())
                 .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes)
     }
 
@@ -606,22 +606,15 @@ fn reported(usage: &BucketQuotaUsage) -> Usage {
     }
 }
 
-/// Owned entries, borrowed and sorted by key.
-fn sorted_pairs(entries: &[(String, String)]) -> Vec<(&str, &str)> {
-    let mut pairs: Vec<(&str, &str)> = (entries.iter())
+/// A bucket id's entries (a reported one, or one asked about), sorted by key.
+fn sorted<'a>(
+    entries: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Vec<(&'a str, &'a str)> {
+    let mut sorted: Vec<(&str, &str)> = (entries.into_iter())
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    pairs.sort_unstable();
-    pairs
-}
-
-/// A bucket id's entries, sorted by key.
-fn sorted(id: &BucketId) -> Vec<(&str, &str)> {
-    let mut entries: Vec<(&str, &str)> = (id.bucket.iter())
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    entries.sort_unstable();
-    entries
+    sorted.sort_unstable();
+    sorted
 }
 
 fn blanket(rule: BlanketRule) -> Strategy {

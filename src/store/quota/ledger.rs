@@ -462,6 +462,11 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
+    /// One limit: `n` per `window`.
+    fn per_window(n: u64, window: Duration) -> [Quota; 1] {
+        [Quota { n, window }]
+    }
+
     /// The exact bound of the grants together, as Envoy would enforce them: the most all of them
     /// can admit in any window of length `window`, each admitting at most b + r·(its overlap)
     /// (a whole number). Windows are tried at every point where a term changes slope or jumps.
@@ -519,10 +524,7 @@ mod tests {
     /// unchanged.
     #[test]
     fn envoys_that_join_get_a_share_at_once_and_larger_shares_shrink() {
-        let quotas = [Quota {
-            n: 120,
-            window: 10 * S,
-        }];
+        let quotas = per_window(120, 10 * S);
         let mut ledger = Ledger::default();
         let Assignment::Bucket(first) =
             ledger.assign(1, Duration::ZERO, Usage::default(), &quotas, false)
@@ -570,10 +572,7 @@ mod tests {
     /// counted as a sharer (the others' shares stay), and a known one is still answered.
     #[test]
     fn a_ledger_shares_among_a_bounded_number_of_holders() {
-        let quotas = [Quota {
-            n: 1_000_000,
-            window: 10 * S,
-        }];
+        let quotas = per_window(1_000_000, 10 * S);
         let mut ledger = Ledger::default();
         for holder in 0..MAX_HOLDERS as u64 {
             ledger.assign(holder, S, Usage::default(), &quotas, false);
@@ -621,10 +620,7 @@ mod tests {
     /// (about 26 s + W, so by 40 s here), and the bound holds throughout.
     #[test]
     fn shares_follow_demand_and_move_with_it() {
-        let quotas = [Quota {
-            n: 120,
-            window: 10 * S,
-        }];
+        let quotas = per_window(120, 10 * S);
         let mut ledger = Ledger::default();
         let mut now = Duration::ZERO;
         let (busy, quiet) = run(&mut ledger, &mut now, 24, (500, 0), &quotas);
@@ -708,7 +704,7 @@ mod tests {
             window_secs in 1..30u64,
             demands in prop::collection::vec(0..1000u64, 1..4),
         ) {
-            let quotas = [Quota { n, window: Duration::from_secs(window_secs) }];
+            let quotas = per_window(n, Duration::from_secs(window_secs));
             let mut ledger = Ledger::default();
             let mut now = Duration::ZERO;
             for (holder, pause, allowed, denied, fresh) in steps {
