@@ -186,4 +186,25 @@ fn rlqs_two_envoys_share_one_limit_by_demand() {
         "admitted per 10 s: A {a1}, B {b1} (both busy); A {a2} (alone busy); B {b3} (A gone); \
          most in a window {most}"
     );
+
+    // What slidegate holds for them at the end of each phase is each share in full (N = 120:
+    // 40 held back of two, 60 of one; docs/rlqs.md's table), not short of it.
+    let held_at = |secs: u64| -> Vec<u64> {
+        let (_, answer) = (seen.iter().find(|(s, _)| *s == secs)).expect("asked at that time");
+        let answer: serde_json::Value = serde_json::from_str(answer).expect("explain is JSON");
+        let envoys = answer["envoys"].as_array().cloned().unwrap_or_default();
+        let mut admits: Vec<u64> = (envoys.iter())
+            .filter(|e| e["endsInMs"].as_u64() > Some(0))
+            .filter_map(|e| e["admits"][0].as_u64())
+            .collect();
+        admits.sort_unstable();
+        admits
+    };
+    let both = held_at(50);
+    assert!(
+        both.len() == 2 && both.iter().all(|a| (25..=50).contains(a)) && both[0] + both[1] <= 80,
+        "both busy, each about a third (by their reported demands): {both:?}"
+    );
+    assert_eq!(held_at(100), [20, 60], "A busy, B idle: a sixth and a half");
+    assert_eq!(held_at(150), [60], "B alone: a half");
 }
