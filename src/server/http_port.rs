@@ -77,8 +77,9 @@ pub async fn serve(
                         let timeout = connection.handshake_timeout;
                         let first_byte_by = tokio::time::Instant::now() + timeout;
                         let secured = tls::secure(tls.as_deref(), io, peer, listener, timeout);
-                        if let Some(io) = secured.await {
-                            connection.serve(io, first_byte_by).await;
+                        if let Some((io, revoked)) = secured.await {
+                            let stop = revoked.or_stop(connection.stop.clone());
+                            Connection { stop, ..connection }.serve(io, first_byte_by).await;
                         }
                         drop(ticket);
                     });

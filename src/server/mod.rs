@@ -338,8 +338,9 @@ async fn serve_grpc(
                         let timeout = serving.limits.handshake_timeout;
                         let preface_by = tokio::time::Instant::now() + timeout;
                         let secured = tls::secure(tls.as_deref(), io, peer, Listener::Grpc, timeout);
-                        if let Some(io) = secured.await {
+                        if let Some((io, revoked)) = secured.await {
                             let caller = serving.name_callers.then(|| Caller::new(peer));
+                            let serving = Serving { stop: revoked.or_stop(serving.stop.clone()), ..serving };
                             let served = grpc_port::serve_connection(Metered::new(io), app, serving, preface_by, (peer.key(), caller));
                             if let Err(error) = served.await {
                                 tracing::debug!(%error, "gRPC connection ended");

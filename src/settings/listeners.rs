@@ -65,8 +65,11 @@ pub struct ListenSettings {
     /// certificate signed by one of them (refused with a TLS alert otherwise).
     #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA_FILE")]
     pub tls_client_ca_file: Option<PathBuf>,
-    /// Comma-separated URI SANs (SPIFFE IDs) and DNS names: with --tls-client-ca-file, a client
-    /// certificate must carry one of them exactly (refused with a TLS alert otherwise).
+    /// Comma-separated URIs (SPIFFE IDs; scheme:…), IP addresses and DNS names: with
+    /// --tls-client-ca-file, a client certificate must carry one of them, each matched against
+    /// SANs of its own type only (a URI exactly, an IP as an address, a DNS name without regard
+    /// to case, a certificate's *.wildcard standing for one label); refused with a TLS alert
+    /// otherwise.
     #[arg(long, env = "SLIDEGATE_TLS_CLIENT_SAN", value_delimiter = ',')]
     pub tls_client_san: Vec<String>,
     /// Comma-separated listeners that serve TLS with --tls-cert-file (and mutual TLS with

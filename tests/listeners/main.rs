@@ -36,6 +36,7 @@ mod rlqs_bounds;
 mod service;
 mod start_log;
 mod tls;
+mod tls_identity;
 mod traces;
 mod unix;
 mod xds;

@@ -22,10 +22,10 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 const RULES: &str = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n";
 
 /// The SAN the allowed clients carry.
-const ALLOWED: &str = "spiffe://cluster.local/ns/edge/sa/envoy";
+pub(crate) const ALLOWED: &str = "spiffe://cluster.local/ns/edge/sa/envoy";
 
 /// Writes `contents` to `path` through a temporary file renamed over it, as cert-manager does.
-fn rename_over(path: &Path, contents: &str) {
+pub(crate) fn rename_over(path: &Path, contents: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, contents).expect("write");
     std::fs::rename(&tmp, path).expect("rename");
@@ -33,13 +33,13 @@ fn rename_over(path: &Path, contents: &str) {
 
 /// A directory laid out as a Kubernetes Secret volume: `tls.crt`, `tls.key` and `ca.crt` are
 /// symlinks through `..data` to a timestamped directory.
-struct SecretVolume {
+pub(crate) struct SecretVolume {
     dir: tempfile::TempDir,
     generation: usize,
 }
 
 impl SecretVolume {
-    fn new(server: &Pair, ca: &str) -> SecretVolume {
+    pub(crate) fn new(server: &Pair, ca: &str) -> SecretVolume {
         let mut volume = SecretVolume {
             dir: tempfile::tempdir().expect("tempdir"),
             generation: 0,
@@ -51,13 +51,23 @@ impl SecretVolume {
         volume
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// slidegate serving this volume's certificate, key and client CA (see [`start`]).
+    pub(crate) fn serve(&self, rules: &Path) -> Slidegate {
+        start(
+            rules,
+            &self.path("tls.crt"),
+            &self.path("tls.key"),
+            &self.path("ca.crt"),
+        )
     }
 
     /// What kubelet does on a Secret update: a new timestamped directory, a `..data_tmp`
     /// symlink to it, renamed over `..data`.
-    fn swap(&mut self, server: &Pair, ca: &str) {
+    pub(crate) fn swap(&mut self, server: &Pair, ca: &str) {
         self.generation += 1;
         let data = format!("..2026_12_01_{}", self.generation);
         let dir = self.dir.path().join(&data);
@@ -71,7 +81,7 @@ impl SecretVolume {
     }
 }
 
-fn rules() -> tempfile::NamedTempFile {
+pub(crate) fn rules() -> tempfile::NamedTempFile {
     let file = tempfile::Builder::new()
         .suffix(".yaml")
         .tempfile()
@@ -81,7 +91,7 @@ fn rules() -> tempfile::NamedTempFile {
 }
 
 /// slidegate with TLS on both ports from `files` (cert, key, client CA) and the SAN allow-list.
-fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> Slidegate {
+pub(crate) fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> Slidegate {
     let flags = [
         "--tls-cert-file",
         path_str(cert),
@@ -97,7 +107,7 @@ fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> Slidegate {
 
 /// `server`'s certificate and key and `ca`'s certificate written to `tls.crt`, `tls.key` and
 /// `ca.crt` in `dir`; their paths.
-fn pem_files(dir: &Path, server: &Pair, ca: &Ca) -> [PathBuf; 3] {
+pub(crate) fn pem_files(dir: &Path, server: &Pair, ca: &Ca) -> [PathBuf; 3] {
     [
         ("tls.crt", &server.cert),
         ("tls.key", &server.key),
@@ -110,12 +120,16 @@ fn pem_files(dir: &Path, server: &Pair, ca: &Ca) -> [PathBuf; 3] {
     })
 }
 
-fn path_str(path: &Path) -> &str {
+pub(crate) fn path_str(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
 
 /// A gRPC channel over TLS trusting `server_ca`, presenting `client` if given.
-async fn channel(port: u16, server_ca: &str, client: Option<&Pair>) -> Result<Channel, String> {
+pub(crate) async fn channel(
+    port: u16,
+    server_ca: &str,
+    client: Option<&Pair>,
+) -> Result<Channel, String> {
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(server_ca))
         .domain_name("localhost");
@@ -133,7 +147,7 @@ async fn channel(port: u16, server_ca: &str, client: Option<&Pair>) -> Result<Ch
 }
 
 /// One `ShouldRateLimit` call on `channel`: its code, or the error.
-async fn call(channel: Channel) -> Result<Code, String> {
+pub(crate) async fn call(channel: Channel) -> Result<Code, String> {
     let mut client = RateLimitServiceClient::new(channel);
     let answer = tokio::time::timeout(
         Duration::from_secs(5),
@@ -147,7 +161,11 @@ async fn call(channel: Channel) -> Result<Code, String> {
 }
 
 /// A call over a new mTLS connection with `client`'s certificate.
-async fn call_as(port: u16, server_ca: &str, client: Option<&Pair>) -> Result<Code, String> {
+pub(crate) async fn call_as(
+    port: u16,
+    server_ca: &str,
+    client: Option<&Pair>,
+) -> Result<Code, String> {
     call(channel(port, server_ca, client).await?).await
 }
 
@@ -161,13 +179,13 @@ fn der(pem: &str) -> Vec<u8> {
 }
 
 /// The metrics, from the operator listener (plaintext: it binds where only operators reach it).
-fn metrics(slidegate: &Slidegate) -> String {
+pub(crate) fn metrics(slidegate: &Slidegate) -> String {
     let (status, text) = slidegate.get("/metrics");
     assert_eq!(status, 200, "GET /metrics");
     text
 }
 
-fn refused(text: &str, listener: &str, reason: &str) -> f64 {
+pub(crate) fn refused(text: &str, listener: &str, reason: &str) -> f64 {
     metric_value(
         text,
         &format!(
@@ -278,12 +296,7 @@ async fn certificates_rotate_without_a_restart_and_a_broken_one_keeps_the_old() 
     let client = ca.client(ALLOWED);
     let mut volume = SecretVolume::new(&first, &ca.pem);
     let rules = rules();
-    let slidegate = start(
-        rules.path(),
-        &volume.path("tls.crt"),
-        &volume.path("tls.key"),
-        &volume.path("ca.crt"),
-    );
+    let slidegate = volume.serve(rules.path());
     let http = slidegate.http_port;
     let served = || {
         https_get(http, &ca.pem, &client, "/healthcheck")

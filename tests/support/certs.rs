@@ -67,6 +67,14 @@ impl Ca {
         self.sign(params)
     }
 
+    /// A client certificate carrying exactly the SANs `sans` (of any type).
+    pub fn client_with(&self, sans: Vec<rcgen::SanType>) -> Pair {
+        let mut params = for_names(&[]);
+        params.subject_alt_names = sans;
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
+    }
+
     /// A certificate of `params` with a new key, signed by this CA.
     fn sign(&self, params: rcgen::CertificateParams) -> Pair {
         let key = rcgen::KeyPair::generate().expect("key");

@@ -19,6 +19,8 @@ use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore};
 use rustls::{SignatureScheme, SupportedProtocolVersion};
 
+use super::san::{self, AllowedSan, BadSan};
+
 /// Where the material comes from, as the flags name it, and which listeners serve it.
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
@@ -31,8 +33,8 @@ pub struct TlsFiles {
     /// CAs that sign client certificates, PEM. Set: every client must present a certificate
     /// that chains to one of them.
     pub client_ca: Option<PathBuf>,
-    /// URI or DNS subject alternative names a verified client must carry one of; empty: any
-    /// verified client.
+    /// Subject alternative names (URIs, DNS names, IP addresses; see [`super::san`]) a verified
+    /// client must carry one of; empty: any verified client.
     pub client_sans: Vec<String>,
 }
 
@@ -78,6 +80,8 @@ pub enum TlsError {
         key: PathBuf,
         source: rustls::Error,
     },
+    #[error(transparent)]
+    ClientSan(#[from] BadSan),
 }
 
 /// The rustls configurations the listeners accept connections with.
@@ -89,6 +93,9 @@ pub struct Material {
     pub grpc: Arc<ServerConfig>,
     /// ALPN `h2` and `http/1.1`.
     pub http: Arc<ServerConfig>,
+    /// The client CA bundle as read (none without mutual TLS): when a rotation changes it, the
+    /// connections verified under the previous one are closed ([`super::Tls`]).
+    pub trusted: Option<Vec<u8>>,
 }
 
 /// The PEM bytes of every file, as read together: material is rebuilt only when they change.
@@ -155,6 +162,7 @@ pub fn build(files: &TlsFiles, contents: &Contents) -> Result<Material, TlsError
         expires,
         grpc: config(&[b"h2"])?,
         http: config(&[b"h2", b"http/1.1"])?,
+        trusted: files.client_ca.as_ref().and(contents.get(2).cloned()),
     })
 }
 
@@ -215,18 +223,21 @@ fn client_verifier(
     if sans.is_empty() {
         return Ok(verifier);
     }
+    let allowed = (sans.iter())
+        .map(|san| san.parse::<AllowedSan>())
+        .collect::<Result<_, _>>()?;
     Ok(Arc::new(AllowedSans {
         verified: verifier,
-        allowed: sans.to_vec(),
+        allowed,
     }))
 }
 
 /// A client verifier that, after the chain is verified, also requires one of the client
-/// certificate's URI or DNS SANs to be on the allow-list.
+/// certificate's SANs to be on the allow-list, by type (see [`super::san`]).
 #[derive(Debug)]
 struct AllowedSans {
     verified: Arc<dyn ClientCertVerifier>,
-    allowed: Vec<String>,
+    allowed: Vec<AllowedSan>,
 }
 
 impl ClientCertVerifier for AllowedSans {
@@ -243,10 +254,7 @@ impl ClientCertVerifier for AllowedSans {
         let verified = self
             .verified
             .verify_client_cert(end_entity, intermediates, now)?;
-        if subject_alt_names(end_entity)
-            .iter()
-            .any(|san| self.allowed.contains(san))
-        {
+        if san::allows(&self.allowed, end_entity) {
             Ok(verified)
         } else {
             // Sent as an `access_denied` alert; counted as `san_not_allowed`.
@@ -277,27 +285,6 @@ impl ClientCertVerifier for AllowedSans {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.verified.supported_verify_schemes()
     }
-}
-
-/// The URI and DNS subject alternative names of a certificate (none when it does not parse:
-/// the chain verification before this has parsed it already).
-fn subject_alt_names(cert: &CertificateDer<'_>) -> Vec<String> {
-    use x509_parser::extensions::GeneralName;
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
-        return Vec::new();
-    };
-    let Ok(Some(sans)) = parsed.subject_alternative_name() else {
-        return Vec::new();
-    };
-    sans.value
-        .general_names
-        .iter()
-        .filter_map(|name| match name {
-            GeneralName::URI(uri) => Some((*uri).to_string()),
-            GeneralName::DNSName(dns) => Some((*dns).to_string()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[cfg(test)]

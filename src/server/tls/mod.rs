@@ -11,7 +11,11 @@
 //!
 //! The material (certificate, key, client CAs) is read from files and replaced while serving
 //! ([`rotate`]): each handshake takes the configuration live at that moment, and established
-//! connections keep the session they negotiated.
+//! connections keep the session they negotiated, unless the client CAs changed: a CA taken out
+//! of the bundle must stop admitting the clients it signed, so a connection verified under the
+//! previous CAs is asked to close (GOAWAY, or `connection: close` after its request), its calls
+//! in flight answered, and its client verifies again under the new ones when it reconnects
+//! ([`Revoked`]).
 
 use std::io;
 use std::sync::Arc;
@@ -19,11 +23,13 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::CertificateError;
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 pub mod material;
 pub mod rotate;
+pub mod san;
 
 use super::socket::{Io, Peer};
 use crate::server::metrics::ServerMetrics;
@@ -58,6 +64,9 @@ pub struct Tls {
     /// The listeners that serve TLS; the others stay plaintext.
     listeners: Vec<Listener>,
     metrics: Arc<ServerMetrics>,
+    /// Counts the changes of the client CAs: a connection closes at the first after its
+    /// handshake.
+    trust: watch::Sender<u64>,
 }
 
 impl Tls {
@@ -69,13 +78,23 @@ impl Tls {
             live: ArcSwap::from_pointee(material),
             listeners: files.listeners.clone(),
             metrics,
+            trust: watch::Sender::new(0),
         }))
     }
 
-    /// New connections from now on get `material`.
+    /// New connections from now on get `material`; when its client CAs differ, the connections
+    /// verified under the previous ones are asked to close.
     fn replace(&self, material: Material) {
         self.metrics.set_tls_expiry(material.expires);
+        let trust_changed = self.live.load().trusted != material.trusted;
         self.live.store(Arc::new(material));
+        if trust_changed {
+            self.trust.send_modify(|changes| *changes += 1);
+            tracing::info!(
+                "the client CAs changed: connections verified under the previous ones are \
+                 asked to close, and their clients verify again"
+            );
+        }
     }
 
     /// Runs the TLS handshake on `io` within `timeout`; `None` (counted and logged) when the
@@ -86,7 +105,9 @@ impl Tls {
         peer: Peer,
         listener: Listener,
         timeout: Duration,
-    ) -> Option<Stream> {
+    ) -> Option<(Stream, Revoked)> {
+        // Before the configuration is taken: a change during the handshake counts.
+        let revoked = Revoked(Some(self.trust.subscribe()));
         let config = {
             let live = self.live.load();
             match listener {
@@ -97,7 +118,7 @@ impl Tls {
         };
         let handshake = TlsAcceptor::from(config).accept(io);
         let failure = match tokio::time::timeout(timeout, handshake).await {
-            Ok(Ok(stream)) => return Some(Stream::Tls(Box::new(stream))),
+            Ok(Ok(stream)) => return Some((Stream::Tls(Box::new(stream)), revoked)),
             Ok(Err(error)) => Failure::from_io(&error),
             Err(_) => Failure {
                 reason: "handshake_timeout",
@@ -189,19 +210,56 @@ pub enum Stream {
 super::socket::delegate_io!(Stream { Plain, Tls });
 
 /// A connection as the servers get it: through TLS when `tls` covers `listener`, else as it
-/// came.
+/// came; with when it is to close for a change of the client CAs.
 pub async fn secure(
     tls: Option<&Tls>,
     io: Io,
     peer: Peer,
     listener: Listener,
     timeout: Duration,
-) -> Option<Stream> {
+) -> Option<(Stream, Revoked)> {
     match tls {
         Some(tls) if tls.listeners.contains(&listener) => {
             tls.accept(io, peer, listener, timeout).await
         }
-        _ => Some(Stream::Plain(io)),
+        _ => Some((Stream::Plain(io), Revoked(None))),
+    }
+}
+
+/// When the client CAs a TLS connection was verified under are replaced; never for a
+/// plaintext one.
+#[derive(Debug)]
+pub struct Revoked(Option<watch::Receiver<u64>>);
+
+impl Revoked {
+    async fn wait(self) {
+        if let Some(mut trust) = self.0
+            && trust.changed().await.is_ok()
+        {
+            return;
+        }
+        std::future::pending().await
+    }
+
+    /// A connection's `stop`: true once the server's `stop` is, or once its client CAs are
+    /// replaced (the connection then closes as at a shutdown: GOAWAY, its calls answered).
+    pub fn or_stop(self, stop: watch::Receiver<bool>) -> watch::Receiver<bool> {
+        if self.0.is_none() {
+            return stop;
+        }
+        let (tx, rx) = watch::channel(*stop.borrow());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = super::stopped(stop) => {}
+                () = self.wait() => {
+                    tracing::debug!("client CAs replaced; the connection verified under the previous ones is closing");
+                }
+                // The connection ended first.
+                () = tx.closed() => return,
+            }
+            let _ = tx.send(true);
+        });
+        rx
     }
 }
 
