@@ -205,6 +205,17 @@ fn rlqs_two_envoys_share_one_limit_by_demand() {
         both.len() == 2 && both.iter().all(|a| (25..=50).contains(a)) && both[0] + both[1] <= 80,
         "both busy, each about a third (by their reported demands): {both:?}"
     );
-    assert_eq!(held_at(100), [20, 60], "A busy, B idle: a sixth and a half");
-    assert_eq!(held_at(150), [60], "B alone: a half");
+    // A share moves only by more than an eighth: one may stop that close to it (B's report
+    // across the switch may still show some demand).
+    let near = |held: u64, share: u64| held.abs_diff(share) <= share / 8 + 1;
+    let alone = held_at(100);
+    assert!(
+        alone.len() == 2 && near(alone[0], 20) && near(alone[1], 60),
+        "A busy, B idle: a sixth and a half, {alone:?}"
+    );
+    let gone = held_at(150);
+    assert!(
+        gone.len() == 1 && near(gone[0], 60),
+        "B alone: a half, {gone:?}"
+    );
 }

@@ -239,7 +239,9 @@ pub const ABANDON_AFTER: Duration = Duration::from_secs(60);
 /// One stream's buckets: the digest of each bucket id, when it last reported a request, and its
 /// holder in the ledgers. Each bucket of each stream holds its own grant (Envoy enforces each
 /// bucket apart, even when several bucket ids share a counter through a `share_threshold`
-/// wildcard); a bucket abandoned and made again is another holder.
+/// wildcard); a bucket abandoned and made again is another holder. The ledgers' bound rests on
+/// this: one holder is one token bucket in one Envoy, which uses one assignment at a time (so
+/// its replaced grants' refills never add up; see `store::quota::ledger`).
 #[derive(Debug, Default)]
 struct StreamBuckets {
     active_at: HashMap<LedgerKey, (Duration, u64)>,
