@@ -1,25 +1,7 @@
-//! The descriptor matcher: entries split from the input (`key=value` per line) against the fixture
-//! rules; a match has one counter entry per request entry.
+//! The `matcher` target: see `entries/matcher.rs`.
 #![no_main]
 
-use std::sync::LazyLock;
+#[path = "../entries/mod.rs"]
+mod entries;
 
-use libfuzzer_sys::fuzz_target;
-use slidegate::config::RuleSet;
-
-mod common;
-
-static RULES: LazyLock<RuleSet> = LazyLock::new(common::rules);
-
-fuzz_target!(|data: &[u8]| {
-    let text = String::from_utf8_lossy(data);
-    let entries: Vec<(&str, &str)> = text
-        .lines()
-        .map(|line| line.split_once('=').unwrap_or((line, "")))
-        .collect();
-    let domain = RULES.domain("matching").expect("domain");
-    if let Some(m) = domain.match_entries(&entries) {
-        assert_eq!(m.counter_entries.len(), entries.len());
-        assert!(!m.stats_name.is_empty());
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| entries::matcher::run(data));

@@ -11,7 +11,10 @@
 //! - Memory: a million client keys through the memory store, then idle.
 //! - Secrets: Redis passwords never appear in logs, endpoints, metrics or error messages.
 //! - Exhaustion: one client (idle, slow, flooding, half-sending) must not starve the others.
+//! - The fuzz targets' corpora (`fuzz/corpus/<target>/`), replayed on stable through the same
+//!   entry points libFuzzer runs (`fuzz/entries/`).
 
+mod corpus;
 mod exhaustion;
 mod keys;
 mod parsers;
