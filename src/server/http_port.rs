@@ -52,6 +52,7 @@ pub async fn serve(
 
     let builder = builder(limits);
     let (handshake_timeout, idle_timeout) = (limits.handshake_timeout, limits.idle_timeout);
+    let drain_timeout = limits.drain_timeout;
     let mut connections = JoinSet::new();
     let mut stopping = std::pin::pin!(stopped(stop.clone()));
     let mut open = true;
@@ -78,8 +79,8 @@ pub async fn serve(
                         let first_byte_by = tokio::time::Instant::now() + timeout;
                         let secured = tls::secure(tls.as_deref(), io, peer, listener, timeout);
                         if let Some((io, revoked)) = secured.await {
-                            let stop = revoked.or_stop(connection.stop.clone());
-                            Connection { stop, ..connection }.serve(io, first_byte_by).await;
+                            let (stop, drain_over) = revoked.or_stop(connection.stop.clone(), connection.drain_over.clone(), drain_timeout);
+                            Connection { stop, drain_over, ..connection }.serve(io, first_byte_by).await;
                         }
                         drop(ticket);
                     });

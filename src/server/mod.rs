@@ -340,7 +340,8 @@ async fn serve_grpc(
                         let secured = tls::secure(tls.as_deref(), io, peer, Listener::Grpc, timeout);
                         if let Some((io, revoked)) = secured.await {
                             let caller = serving.name_callers.then(|| Caller::new(peer));
-                            let serving = Serving { stop: revoked.or_stop(serving.stop.clone()), ..serving };
+                            let (stop, drain_over) = revoked.or_stop(serving.stop.clone(), serving.drain_over.clone(), serving.limits.drain_timeout);
+                            let serving = Serving { stop, drain_over, ..serving };
                             let served = grpc_port::serve_connection(Metered::new(io), app, serving, preface_by, (peer.key(), caller));
                             if let Err(error) = served.await {
                                 tracing::debug!(%error, "gRPC connection ended");

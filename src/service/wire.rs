@@ -77,7 +77,11 @@ impl Message for WireEntry {
         wire_bytes::merge(wire_type, &mut raw, buf, ctx)?;
         let (text, escaped) = entry_text_owned(raw);
         *field = text;
-        self.escaped |= escaped;
+        // A field given twice keeps its last text (protobuf): the flag is whether the text kept
+        // is escaped (an escaped text holds a NUL, no other does), looked at again only when an
+        // escaped one may have been replaced.
+        self.escaped =
+            escaped || (self.escaped && (self.key.contains('\0') || self.value.contains('\0')));
         Ok(())
     }
 
@@ -232,6 +236,39 @@ mod tests {
             ["x\0\\xff", "x\0\\xfe", "x\\xff", "/api/\0\\xff\\xfe", "ok"]
         );
         assert_eq!(wire.escaped(), 3);
+    }
+
+    /// A field given twice keeps its last text, and the escape count follows the text kept.
+    #[test]
+    fn an_entry_given_twice_is_escaped_as_its_last_text() {
+        let entry = |fields: &[(u8, &[u8])]| {
+            let mut entry = Vec::new();
+            for (tag, bytes) in fields {
+                entry.extend([tag << 3 | 2, bytes.len() as u8]);
+                entry.extend_from_slice(bytes);
+            }
+            // A request of one descriptor (field 2) of this one entry (field 1).
+            let descriptor = [&[1 << 3 | 2, entry.len() as u8][..], &entry].concat();
+            [&[2 << 3 | 2, descriptor.len() as u8][..], &descriptor].concat()
+        };
+        let replaced = entry(&[(1, b"\xff"), (1, b"a"), (2, b"v")]);
+        let wire = WireRequest::decode(replaced.as_slice()).expect("decodes");
+        assert_eq!(wire.descriptors[0].entries[0].key, "a");
+        assert_eq!(wire.escaped(), 0);
+        let kept = entry(&[(1, b"\xff"), (2, b"a"), (2, b"v")]);
+        assert_eq!(
+            WireRequest::decode(kept.as_slice())
+                .expect("decodes")
+                .escaped(),
+            1
+        );
+        let last = entry(&[(1, b"a"), (1, b"\xfe")]);
+        assert_eq!(
+            WireRequest::decode(last.as_slice())
+                .expect("decodes")
+                .escaped(),
+            1
+        );
     }
 
     #[test]

@@ -55,13 +55,15 @@ impl SecretVolume {
         self.dir.path().join(name)
     }
 
-    /// slidegate serving this volume's certificate, key and client CA (see [`start`]).
-    pub(crate) fn serve(&self, rules: &Path) -> Slidegate {
-        start(
+    /// slidegate serving this volume's certificate, key and client CA (see [`start`]), with
+    /// `more` flags.
+    pub(crate) fn serve(&self, rules: &Path, more: &[&str]) -> Slidegate {
+        start_with(
             rules,
             &self.path("tls.crt"),
             &self.path("tls.key"),
             &self.path("ca.crt"),
+            more,
         )
     }
 
@@ -92,7 +94,19 @@ pub(crate) fn rules() -> tempfile::NamedTempFile {
 
 /// slidegate with TLS on both ports from `files` (cert, key, client CA) and the SAN allow-list.
 pub(crate) fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> Slidegate {
-    let flags = [
+    start_with(rules, cert, key, client_ca, &[])
+}
+
+/// [`start`] with more flags.
+pub(crate) fn start_with(
+    rules: &Path,
+    cert: &Path,
+    key: &Path,
+    client_ca: &Path,
+    more: &[&str],
+) -> Slidegate {
+    let sans = format!("{ALLOWED},envoy.internal");
+    let mut flags = vec![
         "--tls-cert-file",
         path_str(cert),
         "--tls-key-file",
@@ -100,8 +114,9 @@ pub(crate) fn start(rules: &Path, cert: &Path, key: &Path, client_ca: &Path) -> 
         "--tls-client-ca-file",
         path_str(client_ca),
         "--tls-client-san",
-        &format!("{ALLOWED},envoy.internal"),
+        &sans,
     ];
+    flags.extend_from_slice(more);
     Slidegate::start(rules, &flags)
 }
 
@@ -296,7 +311,7 @@ async fn certificates_rotate_without_a_restart_and_a_broken_one_keeps_the_old() 
     let client = ca.client(ALLOWED);
     let mut volume = SecretVolume::new(&first, &ca.pem);
     let rules = rules();
-    let slidegate = volume.serve(rules.path());
+    let slidegate = volume.serve(rules.path(), &[]);
     let http = slidegate.http_port;
     let served = || {
         https_get(http, &ca.pem, &client, "/healthcheck")

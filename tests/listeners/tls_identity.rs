@@ -1,7 +1,8 @@
 //! Who may connect under mutual TLS, through the real binary: the client SAN allow-list matches
 //! each entry against SANs of its own type only (URI, DNS name with TLS's wildcards, IP
-//! address), a bad entry stops the start with the entry named, and a changed client CA closes
-//! the connections verified under the previous one.
+//! address), a bad entry stops the start with the entry named, and a client CA taken out of the
+//! bundle closes the connections verified under it, long-lived streams included; one added
+//! closes none.
 
 use std::time::Duration;
 
@@ -13,6 +14,9 @@ use crate::tls::{
     ALLOWED, SecretVolume, call, call_as, channel, metrics, path_str, pem_files, rules,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tonic::transport::Channel;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 fn uri(text: &str) -> SanType {
     SanType::URI(Ia5String::try_from(text).expect("ia5"))
@@ -108,46 +112,89 @@ fn a_client_san_entry_of_no_type_stops_the_start_naming_it() {
     );
 }
 
+/// A gRPC health `Watch` on `channel`: a stream that stays open as long as its connection.
+async fn watch(channel: Channel) -> tonic::Streaming<HealthCheckResponse> {
+    let request = HealthCheckRequest {
+        service: String::new(),
+    };
+    let mut stream = HealthClient::new(channel)
+        .watch(request)
+        .await
+        .expect("watch")
+        .into_inner();
+    let first = stream.message().await.expect("a first status");
+    assert!(first.is_some(), "the watch ended at once");
+    stream
+}
+
+/// Whether `stream` ends (or fails) within `within`.
+async fn ends_within(stream: &mut tonic::Streaming<HealthCheckResponse>, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.message()).await {
+            Err(_) => return false,
+            Ok(Ok(Some(_))) => continue,
+            Ok(_) => return true,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_changed_client_ca_closes_connections_verified_under_the_old_one() {
+async fn a_client_ca_taken_out_closes_connections_verified_under_it() {
     let old_ca = Ca::new("old client CA");
     let new_ca = Ca::new("new client CA");
     let server = old_ca.server();
     let mut volume = SecretVolume::new(&server, &old_ca.pem);
     let rules = rules();
-    let slidegate = volume.serve(rules.path());
+    let slidegate = volume.serve(rules.path(), &["--drain-timeout", "1s"]);
     let port = slidegate.grpc_port;
     let old_client = old_ca.client(ALLOWED);
     let open = channel(port, &old_ca.pem, Some(&old_client))
         .await
         .expect("connect");
     assert_eq!(call(open.clone()).await, Ok(Code::Ok));
+    // A long-lived stream on the connection: it ends only with it.
+    let mut stream = watch(open.clone()).await;
 
-    // The same server certificate; the client CA bundle now holds only the new CA.
-    volume.swap(&server, &new_ca.pem);
-    let started = std::time::Instant::now();
-    let mut closed = false;
-    while started.elapsed() < Duration::from_secs(10) {
-        if call(open.clone()).await.is_err() {
-            closed = true;
-            break;
-        }
+    // A CA added: the connection stays.
+    volume.swap(&server, &format!("{}{}", old_ca.pem, new_ca.pem));
+    let new_client = new_ca.client(ALLOWED);
+    let started = tokio::time::Instant::now();
+    while call_as(port, &old_ca.pem, Some(&new_client)).await != Ok(Code::Ok) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the added CA is not trusted:\n{}",
+            slidegate.log()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
-        closed,
-        "a connection verified under the removed CA still gets answers:\n{}",
+        !ends_within(&mut stream, Duration::from_secs(2)).await,
+        "a CA added closed the connection"
+    );
+
+    // The old CA taken out: the connection is asked to close, its stream cut after the drain
+    // timeout (1 s), and a call on the channel reconnects and is refused.
+    volume.swap(&server, &new_ca.pem);
+    let started = std::time::Instant::now();
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(10)).await,
+        "a stream verified under the removed CA is still open:\n{}",
         slidegate.log()
     );
-    eprintln!("closed {:?} after the swap", started.elapsed());
-    let new_client = new_ca.client(ALLOWED);
+    let cut = started.elapsed();
+    assert!(
+        call(open.clone()).await.is_err(),
+        "a client of the removed CA still gets answers"
+    );
+    eprintln!("the stream ended {cut:?} after the swap");
     assert_eq!(
         call_as(port, &old_ca.pem, Some(&new_client)).await,
         Ok(Code::Ok),
         "a client of the new CA"
     );
     assert!(
-        slidegate.log().contains("the client CAs changed"),
+        slidegate.log().contains("a client CA was taken out"),
         "{}",
         slidegate.log()
     );

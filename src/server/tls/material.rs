@@ -93,9 +93,9 @@ pub struct Material {
     pub grpc: Arc<ServerConfig>,
     /// ALPN `h2` and `http/1.1`.
     pub http: Arc<ServerConfig>,
-    /// The client CA bundle as read (none without mutual TLS): when a rotation changes it, the
-    /// connections verified under the previous one are closed ([`super::Tls`]).
-    pub trusted: Option<Vec<u8>>,
+    /// The client CAs (DER, sorted; none without mutual TLS): when a rotation takes one out, the
+    /// connections verified under the previous ones are closed ([`super::Tls`]).
+    pub trusted: Option<Vec<Vec<u8>>>,
 }
 
 /// The PEM bytes of every file, as read together: material is rebuilt only when they change.
@@ -162,7 +162,16 @@ pub fn build(files: &TlsFiles, contents: &Contents) -> Result<Material, TlsError
         expires,
         grpc: config(&[b"h2"])?,
         http: config(&[b"h2", b"http/1.1"])?,
-        trusted: files.client_ca.as_ref().and(contents.get(2).cloned()),
+        trusted: match (&files.client_ca, contents.get(2)) {
+            (Some(path), Some(pem)) => {
+                let mut cas: Vec<Vec<u8>> = (certificates(path, pem)?.iter())
+                    .map(|ca| ca.to_vec())
+                    .collect();
+                cas.sort();
+                Some(cas)
+            }
+            _ => None,
+        },
     })
 }
 

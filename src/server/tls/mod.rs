@@ -11,11 +11,11 @@
 //!
 //! The material (certificate, key, client CAs) is read from files and replaced while serving
 //! ([`rotate`]): each handshake takes the configuration live at that moment, and established
-//! connections keep the session they negotiated, unless the client CAs changed: a CA taken out
-//! of the bundle must stop admitting the clients it signed, so a connection verified under the
-//! previous CAs is asked to close (GOAWAY, or `connection: close` after its request), its calls
-//! in flight answered, and its client verifies again under the new ones when it reconnects
-//! ([`Revoked`]).
+//! connections keep the session they negotiated, unless a client CA was taken out of the bundle:
+//! it must stop admitting the clients it signed, so every connection verified under the previous
+//! CAs closes as at a shutdown (GOAWAY, or `connection: close` after its request; what is still
+//! open after the drain timeout, long-lived streams included, is cut), and its client verifies
+//! again under the new ones when it reconnects ([`Revoked`]). A CA added leaves them open.
 
 use std::io;
 use std::sync::Arc;
@@ -64,7 +64,7 @@ pub struct Tls {
     /// The listeners that serve TLS; the others stay plaintext.
     listeners: Vec<Listener>,
     metrics: Arc<ServerMetrics>,
-    /// Counts the changes of the client CAs: a connection closes at the first after its
+    /// Counts the client CAs' removals: a mutual-TLS connection closes at the first after its
     /// handshake.
     trust: watch::Sender<u64>,
 }
@@ -82,16 +82,19 @@ impl Tls {
         }))
     }
 
-    /// New connections from now on get `material`; when its client CAs differ, the connections
-    /// verified under the previous ones are asked to close.
+    /// New connections from now on get `material`; when it lacks a client CA of the previous
+    /// one, the connections verified under the previous ones are asked to close.
     fn replace(&self, material: Material) {
         self.metrics.set_tls_expiry(material.expires);
-        let trust_changed = self.live.load().trusted != material.trusted;
+        let trust_changed = match (&self.live.load().trusted, &material.trusted) {
+            (Some(old), Some(new)) => old.iter().any(|ca| new.binary_search(ca).is_err()),
+            (old, new) => old.is_some() != new.is_some(),
+        };
         self.live.store(Arc::new(material));
         if trust_changed {
             self.trust.send_modify(|changes| *changes += 1);
             tracing::info!(
-                "the client CAs changed: connections verified under the previous ones are \
+                "a client CA was taken out: connections verified under the previous ones are \
                  asked to close, and their clients verify again"
             );
         }
@@ -107,7 +110,7 @@ impl Tls {
         timeout: Duration,
     ) -> Option<(Stream, Revoked)> {
         // Before the configuration is taken: a change during the handshake counts.
-        let revoked = Revoked(Some(self.trust.subscribe()));
+        let trust = self.trust.subscribe();
         let config = {
             let live = self.live.load();
             match listener {
@@ -118,7 +121,14 @@ impl Tls {
         };
         let handshake = TlsAcceptor::from(config).accept(io);
         let failure = match tokio::time::timeout(timeout, handshake).await {
-            Ok(Ok(stream)) => return Some((Stream::Tls(Box::new(stream)), revoked)),
+            Ok(Ok(stream)) => {
+                // Without client CAs (no `--tls-client-ca-file`) there are none to take out.
+                let mutual = self.live.load().trusted.is_some();
+                return Some((
+                    Stream::Tls(Box::new(stream)),
+                    Revoked(mutual.then_some(trust)),
+                ));
+            }
             Ok(Err(error)) => Failure::from_io(&error),
             Err(_) => Failure {
                 reason: "handshake_timeout",
@@ -226,8 +236,8 @@ pub async fn secure(
     }
 }
 
-/// When the client CAs a TLS connection was verified under are replaced; never for a
-/// plaintext one.
+/// When a client CA a mutual-TLS connection may have been verified under is taken out; never
+/// for another connection.
 #[derive(Debug)]
 pub struct Revoked(Option<watch::Receiver<u64>>);
 
@@ -241,25 +251,51 @@ impl Revoked {
         std::future::pending().await
     }
 
-    /// A connection's `stop`: true once the server's `stop` is, or once its client CAs are
-    /// replaced (the connection then closes as at a shutdown: GOAWAY, its calls answered).
-    pub fn or_stop(self, stop: watch::Receiver<bool>) -> watch::Receiver<bool> {
+    /// A connection's `stop` and `drain_over`: the server's, and for a mutual-TLS connection
+    /// also true once a client CA is taken out (`stop` at once, `drain_over` after `grace`):
+    /// the connection then closes as at a shutdown, GOAWAY and its calls answered, and what is
+    /// still open at `drain_over` (a long-lived stream) is cut.
+    pub fn or_stop(
+        self,
+        stop: watch::Receiver<bool>,
+        drain_over: watch::Receiver<bool>,
+        grace: Duration,
+    ) -> (watch::Receiver<bool>, watch::Receiver<bool>) {
         if self.0.is_none() {
-            return stop;
+            return (stop, drain_over);
         }
-        let (tx, rx) = watch::channel(*stop.borrow());
+        let (stop_tx, stop_rx) = watch::channel(*stop.borrow());
+        let (drain_tx, drain_rx) = watch::channel(*drain_over.borrow());
         tokio::spawn(async move {
+            // The connection ended: nobody is listening any more.
+            let gone = async {
+                stop_tx.closed().await;
+                drain_tx.closed().await;
+            };
+            let mut gone = std::pin::pin!(gone);
+            let server_drain = super::stopped(drain_over);
             tokio::select! {
-                () = super::stopped(stop) => {}
-                () = self.wait() => {
-                    tracing::debug!("client CAs replaced; the connection verified under the previous ones is closing");
+                () = &mut gone => return,
+                () = super::stopped(stop) => {
+                    let _ = stop_tx.send(true);
+                    tokio::select! {
+                        () = &mut gone => return,
+                        () = server_drain => {}
+                    }
                 }
-                // The connection ended first.
-                () = tx.closed() => return,
+                () = self.wait() => {
+                    tracing::debug!("a client CA was taken out; the connection verified under the previous ones is closing");
+                    let _ = stop_tx.send(true);
+                    tokio::select! {
+                        () = &mut gone => return,
+                        () = tokio::time::sleep(grace) => {}
+                        () = server_drain => {}
+                    }
+                }
             }
-            let _ = tx.send(true);
+            let _ = drain_tx.send(true);
         });
-        rx
+        (stop_rx, drain_rx)
     }
 }
 

@@ -3,16 +3,19 @@
 //! Why typed: a certificate's subject alternative names are typed (URI, DNS name, IP address),
 //! and a CA that signs DNS names for one purpose may sign a URI that spells another entry's name
 //! (or the reverse). So each entry is read once as what it names, and matches that type only:
-//! - a URI (`spiffe://cluster.local/ns/x/sa/y`, `urn:…`: a scheme and a colon) matches URI SANs,
-//!   exactly (SPIFFE IDs compare as strings);
-//! - an IP address (`10.0.0.7`, `::1`) matches IP SANs, as addresses;
+//! - a URI (`spiffe://cluster.local/ns/x/sa/y`, `urn:…`: a scheme, then `//` or a URN) matches
+//!   URI SANs, exactly but for the scheme's case (SPIFFE IDs compare as strings);
+//! - an IP address (`10.0.0.7`, `::1`) matches IP SANs, as addresses (an IPv4-mapped IPv6
+//!   address as its IPv4 one);
 //! - a DNS name (`envoy.internal`) matches DNS SANs, without regard to ASCII case or a final
 //!   dot. A certificate's wildcard SAN (`*.mesh.internal`) matches as TLS matches a server's:
 //!   the `*` stands for exactly one whole left-most label (`a.mesh.internal`, never
 //!   `mesh.internal` or `a.b.mesh.internal`), and only over two labels or more. An entry that
 //!   is itself a wildcard matches only that same wildcard SAN.
 //!
-//! An entry that is none of these is refused at start, with the entry named.
+//! An entry that is none of these is refused at start, with the entry named: a host and port
+//! (`envoy.internal:443`), an IPv6 address with a zone, a name whose last label is a number
+//! (`10.0.0.7.`: it would match a DNS SAN spelling an address), a bare `*`.
 
 use std::net::IpAddr;
 
@@ -46,13 +49,23 @@ impl std::str::FromStr for AllowedSan {
             why,
         };
         if let Ok(ip) = entry.parse::<IpAddr>() {
-            return Ok(AllowedSan::Ip(ip));
+            return Ok(AllowedSan::Ip(ip.to_canonical()));
         }
-        if has_scheme(entry) {
+        if let Some(uri) = uri_form(entry) {
             if entry.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(bad("a URI has no spaces or control characters"));
             }
-            return Ok(AllowedSan::Uri(entry.to_owned()));
+            return Ok(AllowedSan::Uri(uri));
+        }
+        if entry.contains(':') {
+            return Err(bad(
+                "a URI is scheme://… or urn:…, and a DNS name has no port or colon",
+            ));
+        }
+        if !entry.is_ascii() {
+            return Err(bad(
+                "a DNS name in another script is written in its xn-- form",
+            ));
         }
         let name = dns_form(entry);
         if name.is_empty() || name.len() > 253 {
@@ -69,19 +82,35 @@ impl std::str::FromStr for AllowedSan {
                 ));
             }
         }
+        let labels: Vec<&str> = name.split('.').collect();
+        if labels
+            .last()
+            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(bad(
+                "a DNS name's last label is not a number (an address is 1.2.3.4)",
+            ));
+        }
+        if labels[0] == "*" && labels.len() < 3 {
+            return Err(bad(
+                "a wildcard stands over two labels or more (*.example.com)",
+            ));
+        }
         Ok(AllowedSan::Dns(name))
     }
 }
 
-/// Whether `entry` starts with a URI scheme and its colon (RFC 3986: a letter, then letters,
-/// digits, `+`, `-` or `.`): no DNS name has a colon, and an IP address was tried before.
-fn has_scheme(entry: &str) -> bool {
-    let Some((scheme, _)) = entry.split_once(':') else {
-        return false;
-    };
+/// `text` as a URI is compared, its scheme (case-insensitive) in lower case: when it starts with
+/// a scheme (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`) followed by `://`, or is
+/// a URN. A host and port (`envoy.internal:443`) or an address is not one.
+fn uri_form(text: &str) -> Option<String> {
+    let (scheme, rest) = text.split_once(':')?;
     let mut chars = scheme.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    let is_scheme = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let scheme = scheme.to_ascii_lowercase();
+    (is_scheme && (rest.starts_with("//") || scheme == "urn") && rest.len() > 2)
+        .then(|| format!("{scheme}:{rest}"))
 }
 
 /// A DNS name as compared: lower-case, without a final dot.
@@ -93,7 +122,9 @@ impl AllowedSan {
     /// Whether the certificate's SAN `name` is this entry.
     pub fn matches(&self, name: &GeneralName<'_>) -> bool {
         match (self, name) {
-            (AllowedSan::Uri(entry), GeneralName::URI(uri)) => entry == uri,
+            (AllowedSan::Uri(entry), GeneralName::URI(uri)) => {
+                uri_form(uri).is_some_and(|uri| uri == *entry)
+            }
             (AllowedSan::Dns(entry), GeneralName::DNSName(dns)) => dns_matches(entry, dns),
             (AllowedSan::Ip(entry), GeneralName::IPAddress(bytes)) => ip_of(bytes) == Some(*entry),
             _ => false,
@@ -125,6 +156,7 @@ fn ip_of(bytes: &[u8]) -> Option<IpAddr> {
         16 => <[u8; 16]>::try_from(bytes).ok().map(IpAddr::from),
         _ => None,
     }
+    .map(|ip| ip.to_canonical())
 }
 
 /// Whether a certificate (DER) carries a SAN one of `allowed` matches; not when it does not
@@ -167,6 +199,11 @@ mod tests {
             entry("*.mesh.internal"),
             AllowedSan::Dns("*.mesh.internal".into())
         );
+        assert_eq!(
+            entry("SPIFFE://cluster.local/x"),
+            AllowedSan::Uri("spiffe://cluster.local/x".into())
+        );
+        assert_eq!(entry("::ffff:10.0.0.7"), entry("10.0.0.7"));
         for bad in [
             "",
             "a b",
@@ -175,6 +212,16 @@ mod tests {
             "*a.b",
             "ex ample.com",
             "spiffe://a b",
+            "envoy.internal:443",
+            "localhost:8080",
+            "fe80::1%eth0",
+            "fd00::7::1",
+            "10.0.0.7.",
+            "010.0.0.7",
+            "10.7",
+            "*",
+            "*.internal",
+            "b\u{fc}cher.example",
         ] {
             let refused = bad.parse::<AllowedSan>().expect_err(bad);
             assert!(
@@ -197,6 +244,10 @@ mod tests {
         assert!(entry("10.0.0.7").matches(&ip));
         assert!(!entry("10.0.0.7").matches(&GeneralName::DNSName("10.0.0.7")));
         assert!(!entry("10.0.0.8").matches(&ip));
+        assert!(entry("spiffe://a/b").matches(&GeneralName::URI("Spiffe://a/b")));
+        assert!(!entry("spiffe://a/b").matches(&GeneralName::URI("spiffe://A/b")));
+        let mapped = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 7];
+        assert!(entry("10.0.0.7").matches(&GeneralName::IPAddress(&mapped)));
     }
 
     #[test]
