@@ -18,10 +18,15 @@ use super::Rule;
 use super::checksum::Checksum;
 use crate::store::key::{CounterTag, TagTemplate};
 
+/// A map of the rule tree, keyed by what the operator configured and only read with what
+/// clients send: nothing a client sends is inserted, so no client can flood it with colliding
+/// keys, and a fast hasher (foldhash, seeded per process) replaces SipHash on every lookup.
+type Map<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 /// All domains' rules, immutable once built.
 #[derive(Debug, Default)]
 pub struct RuleSet {
-    domains: HashMap<String, DomainRules>,
+    domains: Map<DomainRules>,
     /// Every rule, sorted by domain then path (for `/rlconfig` and `rule_count`).
     rules: Vec<Arc<Rule>>,
     /// The checksum of the files this set was built from, so a reload can tell whether the
@@ -99,10 +104,11 @@ impl TraceStep {
 impl RuleSet {
     /// Builds a rule set; `rules` are sorted here.
     pub(super) fn new(
-        mut domains: HashMap<String, DomainRules>,
+        domains: HashMap<String, DomainRules>,
         mut rules: Vec<Arc<Rule>>,
         checksum: Checksum,
     ) -> Self {
+        let mut domains: Map<DomainRules> = domains.into_iter().collect();
         // Here, not in `DomainRules::new`: the domain's name is known from this map.
         for (name, domain) in &mut domains {
             domain.root.build_tag_templates(&TagTemplate::new(name));
@@ -365,13 +371,13 @@ impl<'a> Step<'a> {
 /// The nodes of one level, by key.
 #[derive(Debug, Default)]
 pub(super) struct Level {
-    keys: HashMap<String, KeyNodes>,
+    keys: Map<KeyNodes>,
 }
 
 /// The nodes of one key at one level.
 #[derive(Debug, Default)]
 pub(super) struct KeyNodes {
-    exact: HashMap<String, Node>,
+    exact: Map<Node>,
     /// In config order: the first match wins.
     wildcards: Vec<(Pattern, Node)>,
     key_only: Option<Box<Node>>,

@@ -335,9 +335,13 @@ impl DecisionMetrics {
     }
 }
 
+type FastMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 #[derive(Default)]
 struct RuleCache {
-    by_domain: HashMap<String, HashMap<String, Arc<RuleCounters>>>,
+    /// Keyed by the live rules' domains and names (never by what a client sends): a fast
+    /// hasher, as the rule tree's.
+    by_domain: FastMap<FastMap<Arc<RuleCounters>>>,
     len: usize,
     /// The configured domains and the (domain, rule) pairs that the live rules name.
     domains: HashSet<String>,
