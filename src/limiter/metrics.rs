@@ -339,9 +339,10 @@ type FastMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 #[derive(Default)]
 struct RuleCache {
-    /// Keyed by the live rules' domains and names (never by what a client sends): a fast
-    /// hasher, as the rule tree's.
-    by_domain: FastMap<FastMap<Arc<RuleCounters>>>,
+    /// By configured domain (a fast hasher: only the live rules' domains are inserted), then by
+    /// rule label, which can carry what a client sent (`detailed_metric`, `value_to_metric`,
+    /// overrides): SipHash there, against flooding, as well as the bound on labels.
+    by_domain: FastMap<HashMap<String, Arc<RuleCounters>>>,
     len: usize,
     /// The configured domains and the (domain, rule) pairs that the live rules name.
     domains: HashSet<String>,
