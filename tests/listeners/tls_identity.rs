@@ -9,7 +9,7 @@ use std::time::Duration;
 use rcgen::SanType;
 use rcgen::string::Ia5String;
 
-use crate::support::{Ca, Slidegate, slidegate_command, wait_until};
+use crate::support::{Ca, slidegate_command, wait_until};
 use crate::tls::{
     ALLOWED, SecretVolume, call, call_as, channel, metrics, path_str, pem_files, rules,
 };
@@ -36,20 +36,9 @@ async fn client_sans_match_entries_of_their_own_type_only() {
     let dir = tempfile::tempdir().expect("tempdir");
     let [cert, key, client_ca] = pem_files(dir.path(), &ca.server(), &ca);
     let rules = rules();
-    let sans = format!("{ALLOWED},envoy.internal,10.0.0.7,a.mesh.internal");
-    let slidegate = Slidegate::start(
-        rules.path(),
-        &[
-            "--tls-cert-file",
-            path_str(&cert),
-            "--tls-key-file",
-            path_str(&key),
-            "--tls-client-ca-file",
-            path_str(&client_ca),
-            "--tls-client-san",
-            &sans,
-        ],
-    );
+    // The list `start_with` gives ({ALLOWED}, envoy.internal), and these two more.
+    let more = ["--tls-client-san", "10.0.0.7,a.mesh.internal"];
+    let slidegate = crate::tls::start_with(rules.path(), &cert, &key, &client_ca, &more);
     let port = slidegate.grpc_port;
 
     for (who, san) in [

@@ -111,19 +111,19 @@ impl Tls {
     ) -> Option<(Stream, Revoked)> {
         // Before the configuration is taken: a change during the handshake counts.
         let trust = self.trust.subscribe();
-        let config = {
+        let (config, mutual) = {
             let live = self.live.load();
-            match listener {
+            let config = match listener {
                 Listener::Grpc => Arc::clone(&live.grpc),
                 // HTTP/1.1 and h2, as the data listener.
                 Listener::Http | Listener::Admin => Arc::clone(&live.http),
-            }
+            };
+            // Without client CAs (no `--tls-client-ca-file`) there are none to take out.
+            (config, live.trusted.is_some())
         };
         let handshake = TlsAcceptor::from(config).accept(io);
         let failure = match tokio::time::timeout(timeout, handshake).await {
             Ok(Ok(stream)) => {
-                // Without client CAs (no `--tls-client-ca-file`) there are none to take out.
-                let mutual = self.live.load().trusted.is_some();
                 return Some((
                     Stream::Tls(Box::new(stream)),
                     Revoked(mutual.then_some(trust)),
