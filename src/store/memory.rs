@@ -42,8 +42,6 @@
 //! ([`CounterKey::compact`]), so such a counter costs about 150 bytes of key instead of its
 //! values' length: the memory budget then holds some 20 times more of a flood's counters.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -60,11 +58,13 @@ use buckets::Buckets;
 pub use budget::{MemoryBudget, default_max_bytes};
 use budget::{SLOT, compact_keys, counter_bytes, shard_bytes};
 use log::Log;
+use shard::{KeyHasher, Shard};
 
 mod buckets;
 pub mod budget;
 mod carry;
 mod log;
+mod shard;
 
 /// Number of independently locked maps. A power of two well above the core count keeps contention
 /// negligible; each shard costs one small map.
@@ -140,14 +140,12 @@ impl Tally {
     }
 }
 
-type Shard = HashMap<CounterKey, Tally>;
-
 /// The default store: exact, process-local, no dependencies. See the module docs.
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     /// The clock's reading at creation, so runs store small relative times.
     epoch: u64,
-    hasher: RandomState,
+    hasher: KeyHasher,
     shards: Box<[Mutex<Shard>]>,
     decisions: AtomicU64,
     /// The decision count at which the next incremental sweep is due.
@@ -200,8 +198,8 @@ impl MemoryStore {
         MemoryStore {
             clock,
             epoch,
-            hasher: RandomState::new(),
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            hasher: KeyHasher::default(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             decisions: AtomicU64::new(0),
             next_sweep: AtomicU64::new(SWEEP_EVERY),
             sweep_cursor: Mutex::new(0),
@@ -215,7 +213,9 @@ impl MemoryStore {
         let lighter = self.budget.lighter_forms(counters);
         let counters = &*compact_keys(decided_forms(&lighter));
         let now = micros(self.clock.now()).saturating_sub(self.epoch);
-        let shard_of: Scratch<usize> = counters.iter().map(|c| self.shard_of(&c.key)).collect();
+        // Each key hashed once, for its shard and every lookup in it (see `shard`).
+        let hashes: Scratch<u64> = counters.iter().map(|c| self.hasher.hash(&c.key)).collect();
+        let shard_of: Scratch<usize> = hashes.iter().map(|&h| KeyHasher::shard(h)).collect();
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
@@ -246,7 +246,7 @@ impl MemoryStore {
                 .fold(0u64, |sum, (c, _)| sum.saturating_add(c.hits));
             // A key named again keeps the form its first naming left it in (buckets kept for a
             // large total may fall under the carry's bound once trimmed): one form per request.
-            let series = map.get_mut(&counter.key).map(|tally| {
+            let series = map.get_mut(hashes[i], &counter.key).map(|tally| {
                 if !first {
                     return tally.series_mut();
                 }
@@ -283,7 +283,8 @@ impl MemoryStore {
             .map(|(i, (counter, eval))| {
                 let record =
                     counter.hits > 0 && !eval.refused && records(counter, eval.over, allowed);
-                let (result, bytes) = settle(&mut guards[guard_of[i]], counter, eval, record);
+                let map = &mut guards[guard_of[i]];
+                let (result, bytes) = settle(map, &self.hasher, hashes[i], counter, eval, record);
                 let later = counters[i + 1..].iter().zip(&shard_of[i + 1..]);
                 if !later
                     .into_iter()
@@ -316,8 +317,9 @@ impl MemoryStore {
             .map(|key| {
                 // Stored under its compact stand-in when long (see the module docs).
                 let key = &key.compact(MAX_KEY_BYTES);
-                let mut map = self.shards[self.shard_of(key)].lock();
-                let removed = map.remove(key);
+                let hash = self.hasher.hash(key);
+                let mut map = self.shards[KeyHasher::shard(hash)].lock();
+                let removed = map.remove(hash, key);
                 if let Some(tally) = &removed {
                     self.budget
                         .adjust(-signed(counter_bytes(key, tally.series())));
@@ -360,7 +362,7 @@ impl MemoryStore {
             let map = shard.lock();
             stats.counters += map.len();
             stats.heap_bytes += shard_bytes(&map);
-            for tally in map.values() {
+            for (_, tally) in map.iter() {
                 let log = tally.series();
                 stats.hits += log.hits();
                 stats.runs += log.entries();
@@ -377,8 +379,9 @@ impl MemoryStore {
     /// The representation the counter under `key` is held in, if it is held (for tests).
     #[cfg(test)]
     fn form_of(&self, key: &CounterKey) -> Option<Precision> {
-        let map = self.shards[self.shard_of(key)].lock();
-        map.get(key).map(|tally| match tally {
+        let hash = self.hasher.hash(key);
+        let map = self.shards[KeyHasher::shard(hash)].lock();
+        map.get(hash, key).map(|tally| match tally {
             Tally::Log(_) => Precision::Exact,
             Tally::Buckets(b) => Precision::Buckets(Duration::from_micros(b.width())),
         })
@@ -406,22 +409,16 @@ impl MemoryStore {
         let mut map = self.shards[shard].lock();
         // Counted before and after: what the sweep frees.
         let before = shard_bytes(&map);
-        map.retain(|_, tally| {
+        map.retain(|tally| {
             let log = tally.series_mut();
             log.trim(now);
             log.shrink();
             !log.is_empty()
         });
-        if map.capacity() > 4 * map.len() + 16 {
-            map.shrink_to_fit();
-        }
+        map.shrink(&self.hasher);
         self.budget
             .adjust(signed(shard_bytes(&map)) - signed(before));
         map.len()
-    }
-
-    fn shard_of(&self, key: &CounterKey) -> usize {
-        (self.hasher.hash_one(key) % SHARDS as u64) as usize
     }
 }
 
@@ -474,14 +471,18 @@ fn evaluate(mut log: Option<&mut dyn Series>, counter: &Counter, now: u64, pendi
 /// hit leaves the window, and drops a log left empty. One map lookup: a counter that records is
 /// looked up through `entry` (which creates it), any other through `get_mut`. Also returns the
 /// bytes the counter holds afterwards ([`counter_bytes`], 0 when it is gone).
-fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> (CounterResult, usize) {
+fn settle(
+    map: &mut Shard,
+    hasher: &KeyHasher,
+    hash: u64,
+    counter: &Counter,
+    eval: &Eval,
+    record: bool,
+) -> (CounterResult, usize) {
     let mut log = if record {
-        Some(
-            map.entry(counter.key.clone())
-                .or_insert_with(|| Tally::new(counter)),
-        )
+        Some(map.get_or_insert_with(hasher, hash, &counter.key, || Tally::new(counter)))
     } else {
-        map.get_mut(&counter.key)
+        map.get_mut(hash, &counter.key)
     }
     .map(Tally::series_mut);
     let mut count = eval.count;
@@ -504,7 +505,7 @@ fn settle(map: &mut Shard, counter: &Counter, eval: &Eval, record: bool) -> (Cou
     };
     let bytes = match log {
         Some(l) if l.is_empty() => {
-            map.remove(&counter.key);
+            map.remove(hash, &counter.key);
             0
         }
         Some(l) => counter_bytes(&counter.key, l),
