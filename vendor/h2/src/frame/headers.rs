@@ -28,7 +28,7 @@ pub struct Headers {
     stream_dep: Option<StreamDependency>,
 
     /// The header block fragment
-    header_block: HeaderBlock,
+    header_block: Box<HeaderBlock>,
 
     /// The associated flags
     flags: HeadersFlag,
@@ -46,7 +46,7 @@ pub struct PushPromise {
     promised_id: StreamId,
 
     /// The header block fragment
-    header_block: HeaderBlock,
+    header_block: Box<HeaderBlock>,
 
     /// The associated flags
     flags: PushPromiseFlag,
@@ -121,12 +121,12 @@ impl Headers {
         Headers {
             stream_id,
             stream_dep: None,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo,
-            },
+            }),
             flags: HeadersFlag::default(),
         }
     }
@@ -138,12 +138,12 @@ impl Headers {
         Headers {
             stream_id,
             stream_dep: None,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             flags,
         }
     }
@@ -203,12 +203,12 @@ impl Headers {
         let headers = Headers {
             stream_id: head.stream_id(),
             stream_dep,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             flags,
         };
 
@@ -363,12 +363,12 @@ impl PushPromise {
     ) -> Self {
         PushPromise {
             flags: PushPromiseFlag::default(),
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo,
-            },
+            }),
             promised_id,
             stream_id,
         }
@@ -454,12 +454,12 @@ impl PushPromise {
 
         let frame = PushPromise {
             flags,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             promised_id,
             stream_id: head.stream_id(),
         };
