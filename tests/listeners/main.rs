@@ -30,6 +30,7 @@ mod metrics_docs;
 mod page;
 mod ratelimit_prometheus;
 mod reload;
+mod repeated_calls;
 mod response_metadata;
 mod rlqs;
 mod rlqs_bounds;

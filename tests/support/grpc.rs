@@ -53,21 +53,39 @@ pub struct RawAnswer {
 /// `extra` headers. For what a gRPC client library would not send: a `grpc-timeout` it does not
 /// enforce itself, a compressed flag, bytes that are not protobuf.
 pub async fn raw_should_rate_limit(port: u16, extra: &[(&str, &str)], body: Vec<u8>) -> RawAnswer {
+    let mut sender = raw_connection(port).await;
+    let uri = format!(
+        "http://127.0.0.1:{port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    );
+    raw_call(&mut sender, &uri, extra, body).await
+}
+
+/// An HTTP/2 connection (the `h2` crate) to `port`, for [`raw_call`].
+pub async fn raw_connection(port: u16) -> h2::client::SendRequest<bytes::Bytes> {
     let io = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect");
     let (sender, connection) = h2::client::handshake(io).await.expect("HTTP/2 handshake");
     tokio::spawn(connection);
-    let mut builder = http::Request::post(format!(
-        "http://127.0.0.1:{port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers");
+    sender
+}
+
+/// A gRPC call written by hand on `sender`'s connection: a POST to `uri` (its authority goes out
+/// as `:authority`) with `extra` headers and `body` as is.
+pub async fn raw_call(
+    sender: &mut h2::client::SendRequest<bytes::Bytes>,
+    uri: &str,
+    extra: &[(&str, &str)],
+    body: Vec<u8>,
+) -> RawAnswer {
+    let mut builder = http::Request::post(uri)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
     for (name, value) in extra {
         builder = builder.header(*name, *value);
     }
     let request = builder.body(()).expect("request");
-    let mut sender = sender.ready().await.expect("ready");
+    let mut sender = sender.clone().ready().await.expect("ready");
     let (response, mut stream) = sender.send_request(request, false).expect("send");
     stream
         .send_data(bytes::Bytes::from(body), true)

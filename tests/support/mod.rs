@@ -18,7 +18,10 @@ pub mod sentinel;
 mod slidegate;
 
 pub use certs::{Ca, CertFiles, Pair};
-pub use grpc::{RawAnswer, call, descriptor, grpc_frame, raw_should_rate_limit, request};
+pub use grpc::{
+    RawAnswer, call, descriptor, grpc_frame, raw_call, raw_connection, raw_should_rate_limit,
+    request,
+};
 pub use http::{http_get, http_status, https_get, tls_client_config};
 pub use metrics::{metric_sum, metric_value, promtool_check_metrics};
 pub use process::{KillOnDrop, free_port, rss_kib, send_signal, spawn_listening, wait_until};

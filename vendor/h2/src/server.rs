@@ -1701,7 +1701,11 @@ impl proto::Peer for Peer {
         // A request translated from HTTP/1 must not include the :authority
         // header
         if let Some(authority) = pseudo.authority {
-            let maybe_authority = uri::Authority::from_maybe_shared(authority.clone().into_inner());
+            let maybe_authority = parse_repeated(
+                &LAST_AUTHORITY,
+                authority.clone().into_inner(),
+                uri::Authority::from_maybe_shared,
+            );
             parts.authority = Some(maybe_authority.or_else(|why| {
                 malformed!(
                     "malformed headers: malformed authority ({:?}): {}",
@@ -1745,7 +1749,11 @@ impl proto::Peer for Peer {
                 malformed!("malformed headers: missing path");
             }
 
-            let maybe_path = uri::PathAndQuery::from_maybe_shared(path.clone().into_inner());
+            let maybe_path = parse_repeated(
+                &LAST_PATH,
+                path.clone().into_inner(),
+                uri::PathAndQuery::from_maybe_shared,
+            );
             parts.path_and_query = Some(maybe_path.or_else(|why| {
                 malformed!("malformed headers: malformed path ({:?}): {}", path, why,)
             })?);
@@ -1785,4 +1793,38 @@ where
             Handshaking::Done => f.write_str("Done"),
         }
     }
+}
+
+// The `:authority` and `:path` of the last request this thread parsed, as sent and as parsed
+// (slidegate's change, see VENDORED.md): a gRPC client repeats both on every call, and parsing
+// validates them byte by byte, some 900 instructions a request. Values longer than
+// `MAX_REPEATED` are not kept.
+std::thread_local! {
+    static LAST_AUTHORITY: std::cell::RefCell<Option<(Bytes, http::uri::Authority)>> =
+        const { std::cell::RefCell::new(None) };
+    static LAST_PATH: std::cell::RefCell<Option<(Bytes, http::uri::PathAndQuery)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+const MAX_REPEATED: usize = 512;
+
+/// `parse(raw)`, or the value `last` holds when `raw` is what it was parsed from.
+fn parse_repeated<T: Clone, E>(
+    last: &'static std::thread::LocalKey<std::cell::RefCell<Option<(Bytes, T)>>>,
+    raw: Bytes,
+    parse: impl FnOnce(Bytes) -> Result<T, E>,
+) -> Result<T, E> {
+    let hit = last.with_borrow(|last| match last {
+        Some((from, parsed)) if *from == raw => Some(parsed.clone()),
+        _ => None,
+    });
+    if let Some(parsed) = hit {
+        return Ok(parsed);
+    }
+    if raw.len() > MAX_REPEATED {
+        return parse(raw);
+    }
+    let parsed = parse(raw.clone())?;
+    last.set(Some((raw, parsed.clone())));
+    Ok(parsed)
 }

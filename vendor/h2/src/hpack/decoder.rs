@@ -1,4 +1,4 @@
-use super::{header::BytesStr, huffman, Header};
+use super::{header::{BytesStr, Name}, huffman, Header};
 use crate::frame;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -20,7 +20,15 @@ pub struct Decoder {
     last_max_update: usize,
     table: Table,
     buffer: BytesMut,
+    /// The last Huffman-coded `:path` value, as sent and as decoded (slidegate's change, see
+    /// VENDORED.md). h2 and nghttp2 never index `:path` in the dynamic table, so a client calling
+    /// one gRPC method sends the same coded bytes in every request: decoding them again cost
+    /// some 1,200 instructions a request, comparing them costs a few dozen.
+    last_path: (Vec<u8>, Bytes),
 }
+
+/// The longest coded `:path` kept in [`Decoder::last_path`].
+const MAX_CACHED_PATH: usize = 512;
 
 /// Represents all errors that can be encountered while performing the decoding
 /// of an HPACK header set.
@@ -159,6 +167,7 @@ impl Decoder {
             last_max_update: size,
             table: Table::new(size),
             buffer: BytesMut::with_capacity(4096),
+            last_path: (Vec::new(), Bytes::new()),
         }
     }
 
@@ -295,8 +304,8 @@ impl Decoder {
         // First, read the header name
         if table_idx == 0 {
             let old_pos = buf.position();
-            let name_marker = self.try_decode_string(buf)?;
-            let value_marker = self.try_decode_string(buf)?;
+            let name_marker = self.try_decode_string(buf, false)?;
+            let value_marker = self.try_decode_string(buf, false)?;
             buf.set_position(old_pos);
             // Read the name as a literal
             let name = name_marker.consume(buf);
@@ -304,15 +313,19 @@ impl Decoder {
             Header::new(name, value)
         } else {
             let e = self.table.get(table_idx)?;
-            let value = self.decode_string(buf)?;
+            let path = matches!(e.name(), Name::Path);
+            let value = self.decode_value(buf, path)?;
 
             e.name().into_entry(value)
         }
     }
 
+    /// Reads a string; `path` when it is a `:path` value, which may come from or go to
+    /// `last_path`.
     fn try_decode_string(
         &mut self,
         buf: &mut Cursor<&mut BytesMut>,
+        path: bool,
     ) -> Result<StringMarker, DecoderError> {
         let old_pos = buf.position();
         const HUFF_FLAG: u8 = 0b1000_0000;
@@ -335,10 +348,23 @@ impl Decoder {
         if huff {
             let ret = {
                 let raw = &buf.chunk()[..len];
-                huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {
+                let cached = path && self.last_path.0 == raw;
+                let decoded = if cached {
+                    Ok(self.last_path.1.clone())
+                } else {
+                    huffman::decode(raw, &mut self.buffer).map(BytesMut::freeze)
+                };
+                if let Some(value) = decoded.as_ref().ok().filter(|_| path && !cached) {
+                    if len <= MAX_CACHED_PATH {
+                        self.last_path.0.clear();
+                        self.last_path.0.extend_from_slice(raw);
+                        self.last_path.1 = value.clone();
+                    }
+                }
+                decoded.map(|string| StringMarker {
                     offset,
                     len,
-                    string: Some(BytesMut::freeze(buf)),
+                    string: Some(string),
                 })
             };
 
@@ -354,9 +380,18 @@ impl Decoder {
         }
     }
 
+    #[cfg(test)]
     fn decode_string(&mut self, buf: &mut Cursor<&mut BytesMut>) -> Result<Bytes, DecoderError> {
+        self.decode_value(buf, false)
+    }
+
+    fn decode_value(
+        &mut self,
+        buf: &mut Cursor<&mut BytesMut>,
+        path: bool,
+    ) -> Result<Bytes, DecoderError> {
         let old_pos = buf.position();
-        let marker = self.try_decode_string(buf)?;
+        let marker = self.try_decode_string(buf, path)?;
         buf.set_position(old_pos);
         Ok(marker.consume(buf))
     }
