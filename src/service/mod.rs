@@ -22,6 +22,7 @@ use crate::limiter::{Descriptor, LimitError, LimitOverride, RateLimiter, Request
 use crate::telemetry::DecisionSpan;
 pub use caller::{Caller, PeerKey};
 
+pub mod answer;
 pub mod caller;
 pub mod check;
 pub mod decision;

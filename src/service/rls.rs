@@ -33,22 +33,16 @@ use std::time::Instant;
 
 use bytes::{Buf, BufMut, Bytes};
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code as ProtoCode, DescriptorStatus as ProtoStatus, RateLimit,
-};
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 use prost::{DecodeError, Message};
 use tonic::Status;
 
 use super::Caller;
+pub use super::answer::Answer;
 use super::decision::metadata;
 use super::front::{Front, Outcome, Transport};
-use super::unit_to_proto;
 use super::wire::WireRequest;
-use crate::limiter::{Code, DescriptorStatus, LimitError, Observer, RequestLimits, Response};
+use crate::limiter::{LimitError, Observer, RequestLimits, Response};
 use crate::telemetry::{DecisionSpan, Transport as TraceTransport};
 
 /// The file descriptor set of `proto/` (compiled by `build.rs`), for reflection.
@@ -137,57 +131,11 @@ impl GrpcService {
     }
 }
 
-/// A `RateLimitResponse` whose `dynamic_metadata` (field 6) is already encoded
-/// ([`metadata::encode`]); on the wire the same message. Decoded, it is a `RateLimitResponse`
-/// with its metadata in `response`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Answer {
-    pub response: RateLimitResponse,
-    /// An encoded `google.protobuf.Struct`; empty for none.
-    pub dynamic_metadata: Vec<u8>,
-}
-
-/// `RateLimitResponse.dynamic_metadata`'s field number.
-const DYNAMIC_METADATA: u32 = 6;
-
-impl Message for Answer {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        self.response.encode_raw(buf);
-        if !self.dynamic_metadata.is_empty() {
-            prost::encoding::bytes::encode(DYNAMIC_METADATA, &self.dynamic_metadata, buf);
-        }
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        self.response.merge_field(tag, wire_type, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        let metadata = if self.dynamic_metadata.is_empty() {
-            0
-        } else {
-            prost::encoding::bytes::encoded_len(DYNAMIC_METADATA, &self.dynamic_metadata)
-        };
-        self.response.encoded_len() + metadata
-    }
-
-    fn clear(&mut self) {
-        self.response.clear();
-        self.dynamic_metadata.clear();
-    }
-}
-
 /// The call's answer: the response, or the status a [`LimitError`] is answered with.
 fn answer(result: Result<(Response, Option<Vec<u8>>), LimitError>) -> Result<Answer, Status> {
     match result {
         Ok((response, metadata)) => Ok(Answer {
-            response: to_proto(response),
+            response,
             dynamic_metadata: metadata.unwrap_or_default(),
         }),
         Err(LimitError::InvalidArgument(message)) => Err(Status::invalid_argument(message)),
@@ -321,48 +269,6 @@ fn length_delimited<'b>(bytes: &mut &'b [u8]) -> Result<&'b [u8], Counted> {
     let (payload, rest) = bytes.split_at(length);
     *bytes = rest;
     Ok(payload)
-}
-
-/// A limiter response as Envoy's message (without dynamic metadata: see [`Answer`]).
-pub fn to_proto(response: Response) -> RateLimitResponse {
-    RateLimitResponse {
-        overall_code: code(response.overall) as i32,
-        statuses: response.statuses.into_iter().map(status).collect(),
-        response_headers_to_add: response
-            .headers
-            .into_iter()
-            .map(|(key, value)| HeaderValue {
-                key: key.to_string(),
-                value,
-                ..HeaderValue::default()
-            })
-            .collect(),
-        ..RateLimitResponse::default()
-    }
-}
-
-fn code(code: Code) -> ProtoCode {
-    match code {
-        Code::Ok => ProtoCode::Ok,
-        Code::OverLimit => ProtoCode::OverLimit,
-    }
-}
-
-fn status(status: DescriptorStatus) -> ProtoStatus {
-    ProtoStatus {
-        code: code(status.code) as i32,
-        current_limit: status.current_limit.map(|limit| RateLimit {
-            name: limit.name.unwrap_or_default(),
-            requests_per_unit: limit.requests_per_unit,
-            unit: unit_to_proto(limit.unit),
-        }),
-        limit_remaining: status.limit_remaining,
-        duration_until_reset: status.duration_until_reset.map(|d| ProtoDuration {
-            seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
-        }),
-        quota: None,
-    }
 }
 
 #[cfg(test)]
