@@ -11,7 +11,6 @@
 use std::hash::{BuildHasher, RandomState};
 
 use hashbrown::HashTable;
-use hashbrown::hash_table::Entry;
 
 use super::{SHARDS, Tally};
 use crate::store::CounterKey;
@@ -53,7 +52,9 @@ impl Shard {
             .map(|(_, tally)| tally)
     }
 
-    /// The counter under `key`, created by `make` if there is none.
+    /// The counter under `key`, created by `make` if there is none. Looks before it reserves: a
+    /// full table grows only for a new counter, never for a hit on one it holds (an `entry`
+    /// reserves first), so an existing counter's hit never allocates past the memory budget.
     pub(super) fn get_or_insert_with(
         &mut self,
         hasher: &KeyHasher,
@@ -61,14 +62,15 @@ impl Shard {
         key: &CounterKey,
         make: impl FnOnce() -> Tally,
     ) -> &mut Tally {
-        let entry = self
-            .table
-            .entry(hash, |(k, _)| k == key, |(k, _)| hasher.hash(k));
-        let occupied = match entry {
-            Entry::Occupied(occupied) => occupied,
-            Entry::Vacant(vacant) => vacant.insert((key.clone(), make())),
+        let found = match self.table.find_entry(hash, |(k, _)| k == key) {
+            Ok(found) => found,
+            Err(absent) => {
+                absent
+                    .into_table()
+                    .insert_unique(hash, (key.clone(), make()), |(k, _)| hasher.hash(k))
+            }
         };
-        &mut occupied.into_mut().1
+        &mut found.into_mut().1
     }
 
     pub(super) fn remove(&mut self, hash: u64, key: &CounterKey) -> Option<Tally> {

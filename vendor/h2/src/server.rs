@@ -1808,23 +1808,27 @@ std::thread_local! {
 
 const MAX_REPEATED: usize = 512;
 
-/// `parse(raw)`, or the value `last` holds when `raw` is what it was parsed from.
+/// `parse(raw)`, or the value `last` holds when `raw` is what it was parsed from. What is kept is
+/// a copy of `raw` (`raw` may share a whole frame's buffer), so a thread holds at most
+/// `MAX_REPEATED` bytes of each.
 fn parse_repeated<T: Clone, E>(
     last: &'static std::thread::LocalKey<std::cell::RefCell<Option<(Bytes, T)>>>,
     raw: Bytes,
     parse: impl FnOnce(Bytes) -> Result<T, E>,
 ) -> Result<T, E> {
-    let hit = last.with_borrow(|last| match last {
+    let hit = last.try_with(|last| match &*last.borrow() {
         Some((from, parsed)) if *from == raw => Some(parsed.clone()),
         _ => None,
     });
-    if let Some(parsed) = hit {
+    if let Ok(Some(parsed)) = hit {
         return Ok(parsed);
     }
     if raw.len() > MAX_REPEATED {
         return parse(raw);
     }
-    let parsed = parse(raw.clone())?;
-    last.set(Some((raw, parsed.clone())));
+    let kept = Bytes::copy_from_slice(&raw);
+    let parsed = parse(kept.clone())?;
+    // A thread being torn down keeps nothing.
+    let _ = last.try_with(|last| *last.borrow_mut() = Some((kept, parsed.clone())));
     Ok(parsed)
 }

@@ -356,9 +356,10 @@ impl Decoder {
                 };
                 if let Some(value) = decoded.as_ref().ok().filter(|_| path && !cached) {
                     if len <= MAX_CACHED_PATH {
+                        // A copy: the decoded value shares the decoder's whole buffer.
                         self.last_path.0.clear();
                         self.last_path.0.extend_from_slice(raw);
-                        self.last_path.1 = value.clone();
+                        self.last_path.1 = Bytes::copy_from_slice(value);
                     }
                 }
                 decoded.map(|string| StringMarker {
