@@ -53,17 +53,34 @@ impl Drop for KillOnDrop {
 
 /// Spawns `command` (its output discarded) and waits until it accepts connections on `port`.
 pub fn spawn_listening(command: &mut Command, port: u16, what: &str) -> KillOnDrop {
+    try_spawn_listening(command, port, what).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// [`spawn_listening`], or why not: the process exited (another process took its port between
+/// [`free_port`] and its bind, say) or did not listen within 10 s.
+pub fn try_spawn_listening(
+    command: &mut Command,
+    port: u16,
+    what: &str,
+) -> Result<KillOnDrop, String> {
     let child = command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let process = KillOnDrop(child);
+    let mut process = KillOnDrop(child);
+    let mut exited = None;
     let up = wait_until(Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        exited = process.0.try_wait().ok().flatten();
+        exited.is_some() || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
-    assert!(up, "{what} did not start on port {port}");
-    process
+    match exited {
+        Some(status) => Err(format!(
+            "{what} exited ({status}) instead of listening on port {port}"
+        )),
+        None if up => Ok(process),
+        None => Err(format!("{what} did not start on port {port}")),
+    }
 }
 
 /// `kill -NAME PID`.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use super::{
-    CertFiles, KillOnDrop, free_port, redis_server_program, require_program, spawn_listening,
+    CertFiles, KillOnDrop, free_port, redis_server_program, require_program, try_spawn_listening,
 };
 
 mod cluster;
@@ -37,14 +37,21 @@ impl RedisServer {
     /// Starts redis-server (bound to 127.0.0.1, no persistence, in a fresh directory) with `args`,
     /// which must make it listen on `port`, and waits until that port accepts connections.
     pub fn spawn(args: &[&str], port: u16) -> Option<RedisServer> {
+        Some(Self::try_spawn(args, port)?.unwrap_or_else(|why| panic!("{why}")))
+    }
+
+    /// [`RedisServer::spawn`], or why the server did not come up (see [`try_spawn_listening`]).
+    pub fn try_spawn(args: &[&str], port: u16) -> Option<Result<RedisServer, String>> {
         let bin = redis_server_program()?;
         let dir = tempfile::tempdir().expect("tempdir");
         let mut command = redis_server_command(&bin, dir.path(), args);
-        Some(RedisServer {
-            port,
-            process: spawn_listening(&mut command, port, "redis-server"),
-            dir,
-        })
+        Some(
+            try_spawn_listening(&mut command, port, "redis-server").map(|process| RedisServer {
+                port,
+                process,
+                dir,
+            }),
+        )
     }
 
     pub fn url(&self) -> String {

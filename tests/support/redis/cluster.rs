@@ -178,7 +178,16 @@ fn spawn_cluster_attempt(
         args.extend_from_slice(settings);
         let own = per_node(index);
         args.extend(own.iter().map(String::as_str));
-        nodes.push(RedisServer::spawn(&args, port)?);
+        match RedisServer::try_spawn(&args, port)? {
+            Ok(node) => nodes.push(node),
+            // Its port or its bus port (port + 10000) went to another test's server between
+            // `free_port` and the bind: the cluster is made again on new ports.
+            Err(_) if attempt < 3 => {
+                drop(nodes);
+                return spawn_cluster_attempt(masters, replicas, settings, per_node, attempt + 1);
+            }
+            Err(why) => panic!("{why}"),
+        }
     }
     let addrs: Vec<String> = nodes
         .iter()
