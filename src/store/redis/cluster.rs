@@ -55,9 +55,12 @@ use prometheus::{IntGauge, IntGaugeVec};
 /// The cluster connection the store uses: redis-rs's, over [`Observed`] node connections.
 pub type ClusterConnection = ::redis::cluster_async::ClusterConnection<Observed>;
 
-/// Retries of one call (redirections and `TRYAGAIN` included). The call's deadline ends them
-/// first: with the waits below, 16 retries span more than a second.
-const RETRIES: u32 = 16;
+/// Retries of one call (redirections and `TRYAGAIN` included): enough that the call's deadline
+/// ends them, not their count. Each wait is drawn at random below its cap, so 16 retries could
+/// all draw short waits and end within a few hundred milliseconds while a slot of a thousand
+/// keys was still migrating: a call under live resharding failed now and then, well inside its
+/// deadline.
+const RETRIES: u32 = 64;
 
 /// Sets the retry policy described in the module docs for calls bounded by `timeout`.
 pub fn retry_policy(builder: ClusterClientBuilder, timeout: Duration) -> ClusterClientBuilder {
