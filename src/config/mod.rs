@@ -74,6 +74,17 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
     /// The length of one unit.
     pub fn duration(self) -> Duration {
         const DAY: u64 = 86_400;

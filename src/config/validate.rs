@@ -689,16 +689,8 @@ const UNITS: &str = "second, minute, hour, day, week, month, year";
 
 /// Case-insensitive, like envoyproxy/ratelimit (which upper-cases and looks up the proto enum).
 fn parse_unit(text: &str) -> Option<Unit> {
-    const ALL: [Unit; 7] = [
-        Unit::Second,
-        Unit::Minute,
-        Unit::Hour,
-        Unit::Day,
-        Unit::Week,
-        Unit::Month,
-        Unit::Year,
-    ];
-    ALL.into_iter()
+    Unit::ALL
+        .into_iter()
         .find(|unit| unit.as_str().eq_ignore_ascii_case(text))
 }
 

@@ -248,15 +248,7 @@ mod tests {
         }
     }
 
-    const UNITS: [Unit; 7] = [
-        Unit::Second,
-        Unit::Minute,
-        Unit::Hour,
-        Unit::Day,
-        Unit::Week,
-        Unit::Month,
-        Unit::Year,
-    ];
+    const UNITS: [Unit; 7] = Unit::ALL;
     const HEADER_NAMES: [&str; 3] = ["ratelimit-limit", "retry-after", ""];
 
     fn a_code() -> impl Strategy<Value = Code> {
