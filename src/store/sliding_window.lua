@@ -60,8 +60,17 @@
 -- (hits 0) is over only if the window holds more than the limit: 0 hits fit a full counter. All
 -- of this holds alike for logs and bucket counters.
 
+-- Redis 7.0 turns a number passed to `redis.call` into text with printf's "%.17g", which costs
+-- more than many a command it is an argument of; every count and time here is a whole number, so
+-- it goes as text made with "%d" (or as a literal string).
+local function int(x)
+  return string.format('%d', x)
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_text = int(now)
+local after_now = '(' .. now_text
 local deadline = tonumber(ARGV[3])
 if deadline > 0 and now > deadline then
   return struct.pack('<i8i8', now, 1)
@@ -95,7 +104,7 @@ local MAX_HELD = 4503599627370496
 local function carry_read(key, from, upto)
   local events = {}
   if from == 0 then
-    local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    local entries = redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES')
     for j = 2, #entries, 2 do
       local time = tonumber(entries[j])
       local last = events[#events]
@@ -185,7 +194,7 @@ local function carry_write(key, events, window, width, counter)
     args = {}
     ttl = (last + window / width + 1) * width - now
   end
-  redis.call('PEXPIRE', key, math.max(math.ceil(ttl / 1000), 1))
+  redis.call('PEXPIRE', key, int(math.max(math.ceil(ttl / 1000), 1)))
 end
 
 -- Rewrites the counter `key` (and its provisional log `log`, if any), stored as a log when
@@ -237,7 +246,7 @@ end
 
 -- Time at which the k-th oldest hit of `key` leaves the window, or nil if it holds fewer.
 local function dropped_at(key, k, window)
-  local entry = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+  local entry = redis.call('ZRANGE', key, int(k - 1), int(k - 1), 'WITHSCORES')
   if entry[2] then
     return tonumber(entry[2]) + window
   end
@@ -247,7 +256,7 @@ end
 -- Whether the provisional log `log` holds hits in the window as of `at` (only tracked in a
 -- cluster).
 local function has_provisional(log, window, at)
-  if not log or stray(log, redis.pcall('ZREMRANGEBYSCORE', log, '-inf', at - window)) then
+  if not log or stray(log, redis.pcall('ZREMRANGEBYSCORE', log, '-inf', int(at - window))) then
     return false
   end
   return redis.call('ZCARD', log) > 0
@@ -258,7 +267,9 @@ end
 -- the log first, unless it holds more than `LOG_CARRY_MAX` hits: then it is decided as those
 -- buckets, and this returns their width (and no "now": the bucket path finds it).
 local function log_form(key, log, window)
-  local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  -- The newest hit only if it is later than TIME (rare), so that a usual decision parses no score.
+  local newest = redis.pcall('ZREVRANGEBYSCORE', key, '+inf', after_now, 'WITHSCORES', 'LIMIT', '0',
+    '1')
   if newest.err then
     local meta = redis.call('HMGET', key, 't', 'w')
     local width = tonumber(meta[2]) or 0
@@ -266,7 +277,7 @@ local function log_form(key, log, window)
       return width, nil
     end
     carry(key, log, false, window, 0)
-    newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    newest = redis.call('ZREVRANGEBYSCORE', key, '+inf', after_now, 'WITHSCORES', 'LIMIT', '0', '1')
   end
   if newest[2] then
     return 0, math.max(now, tonumber(newest[2]))
@@ -422,7 +433,7 @@ local function buckets_trim(key, width, span, meta)
     oldest = index
     return true
   end)
-  redis.call('HSET', key, 't', total, 'o', bucket_field(oldest))
+  redis.call('HSET', key, 't', int(total), 'o', bucket_field(oldest))
   return total, oldest, at
 end
 
@@ -502,7 +513,7 @@ local function record_buckets(key, log, window, width, hits, part, at)
   local span = window / width
   local current = math.floor(at / width)
   local field = bucket_field(current)
-  local total = redis.call('HINCRBY', key, 't', hits)
+  local total = redis.call('HINCRBY', key, 't', int(hits))
   local first = total == hits
   if total > MAX_HELD then
     -- The oldest hits make room: the counter stays over every limit while it holds `MAX_HELD`,
@@ -514,23 +525,24 @@ local function record_buckets(key, log, window, width, hits, part, at)
       if take == held then
         redis.call('HDEL', key, bucket_field(index))
       else
-        redis.call('HINCRBY', key, bucket_field(index), -take)
+        redis.call('HINCRBY', key, bucket_field(index), int(-take))
       end
       excess = excess - take
       return excess <= 0
     end)
     redis.call('HSET', key, 't', string.format('%d', MAX_HELD))
   end
-  redis.call('HINCRBY', key, field, hits)
+  redis.call('HINCRBY', key, field, int(hits))
   if first then
-    redis.call('HSET', key, 'o', field, 'n', field, 'w', width)
+    redis.call('HSET', key, 'o', field, 'n', field, 'w', int(width))
   elseif redis.call('HGET', key, 'n') ~= field then
     redis.call('HSET', key, 'n', field)
   end
   local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
+  ttl = int(ttl)
   redis.call('PEXPIRE', key, ttl)
   if part and log then
-    redis.call('HINCRBY', log, field, hits)
+    redis.call('HINCRBY', log, field, int(hits))
     redis.call('PEXPIRE', log, ttl)
   end
   return current, hits
@@ -547,7 +559,7 @@ end
 -- a returned provisional member only makes it remove less.)
 local function take_back(key, log, width, hits)
   if width == 0 then
-    local popped = redis.call('ZPOPMAX', key, hits)
+    local popped = redis.call('ZPOPMAX', key, int(hits))
     return #popped / 2
   end
   local total = tonumber(redis.call('HGET', key, 't')) or 0
@@ -584,191 +596,221 @@ local function take_back(key, log, width, hits)
     if take == bucket[2] then
       redis.call('HDEL', key, bucket_field(bucket[1]))
     else
-      redis.call('HINCRBY', key, bucket_field(bucket[1]), -take)
+      redis.call('HINCRBY', key, bucket_field(bucket[1]), int(-take))
     end
     local marked = provisional[bucket[1]] or 0
     if marked > 0 then
       if take >= marked then
         redis.call('HDEL', log, bucket_field(bucket[1]))
       else
-        redis.call('HINCRBY', log, bucket_field(bucket[1]), -take)
+        redis.call('HINCRBY', log, bucket_field(bucket[1]), int(-take))
       end
     end
   end
   if taken >= total then
     redis.call('DEL', key)
   elseif taken > 0 then
-    redis.call('HINCRBY', key, 't', -taken)
+    redis.call('HINCRBY', key, 't', int(-taken))
   end
   return taken
 end
 
+-- Pass one for a log counter `c`: trims what left the window, counts, decides (see the reply's
+-- fields); `pending` is the hits this request's earlier counters on the key are to record.
+local function decide_log(c, pending)
+  redis.call('ZREMRANGEBYSCORE', c.key, '-inf', int(c.at - c.window))
+  local held = redis.call('ZCARD', c.key)
+  local count = held + pending
+  c.held, c.count = held, count
+  if held + 1 > c.limit then
+    c.reset1 = until_fits(c.key, held + 1 - c.limit, c.window)
+    if has_provisional(c.log, c.window, c.at) then
+      c.reset1 = -2
+    end
+  end
+  if c.returned then
+    return
+  end
+  if c.hits > c.limit then
+    c.over, c.reset = true, c.window
+  elseif count + c.hits > c.limit then
+    c.over, c.reset = true, until_fits(c.key, count + c.hits - c.limit, c.window)
+  end
+end
+
+-- Pass two for a log counter `c` that records its hits, numbered from `first` (per key across the
+-- request, so that a counter named twice gets distinct members), also into its provisional log
+-- if `provisional`.
+local function record_log(c, rid, first, provisional)
+  local final = first + c.hits - 1
+  local score = now_text
+  if c.at ~= now then
+    score = int(c.at)
+  end
+  -- ZADD in chunks: Lua's unpack has a stack limit of a few thousand values.
+  local h = first
+  while h <= final do
+    local args = {}
+    local last = math.min(h + 255, final)
+    for j = h, last do
+      args[#args + 1] = score
+      if j == 1 then
+        args[#args + 1] = rid
+      else
+        args[#args + 1] = rid .. ':' .. int(j)
+      end
+    end
+    redis.call('ZADD', c.key, unpack(args))
+    if provisional and c.log then
+      redis.call('ZADD', c.log, unpack(args))
+    end
+    h = last + 1
+  end
+  -- Until the hits leave: a window after the counter's "now", in this server's clock.
+  local ttl = int(math.ceil((c.at + c.window - now) / 1000))
+  redis.call('PEXPIRE', c.key, ttl)
+  if provisional and c.log then
+    redis.call('PEXPIRE', c.log, ttl)
+  end
+  c.count = c.count + c.hits
+end
+
 -- Decides one request whose keys start at KEYS[k0] and counters at ARGV[a0]; appends its answer.
+-- A counter is one table (a table per field costs Redis about a microsecond more a request).
 local function decide(rid, part, n, k0, a0)
-  local key, log = {}, {}
-  local limit, window, hits, shadow, width, buckets = {}, {}, {}, {}, {}, {}
-  local over, count, reset, reset1 = {}, {}, {}, {}
-  local held = {}
-  local charged, returned = {}, {}
-  -- Each counter's "now" (see the top of the script).
-  local at = {}
-  local pending = {}
-  -- The bucket width (0: the log) each key is decided in.
-  local form = {}
+  local counters = {}
+  -- Per key, for a request that names several counters (one may be named twice): the hits its
+  -- earlier counters are to record, the bucket width (0: the log) it is decided in, and the
+  -- members pass two numbered.
+  local pending, form, added
+  if n > 1 then
+    pending, form, added = {}, {}, {}
+  end
   local allowed = 1
 
   for i = 1, n do
-    key[i] = KEYS[k0 + i - 1]
-    if tracked then
-      log[i] = KEYS[k0 + n + i - 1]
-    end
     local base = a0 + (i - 1) * 5
-    limit[i] = tonumber(ARGV[base])
-    window[i] = tonumber(ARGV[base + 1])
-    hits[i] = tonumber(ARGV[base + 2])
     local flags = tonumber(ARGV[base + 3])
-    shadow[i] = flags % 2 == 1
-    charged[i] = flags % 4 >= 2
-    returned[i] = flags >= 4
-    width[i] = tonumber(ARGV[base + 4])
+    local c = {
+      key = KEYS[k0 + i - 1],
+      log = nil,
+      limit = tonumber(ARGV[base]),
+      window = tonumber(ARGV[base + 1]),
+      hits = tonumber(ARGV[base + 2]),
+      shadow = flags % 2 == 1,
+      charged = flags % 4 >= 2,
+      returned = flags >= 4,
+      width = tonumber(ARGV[base + 4]),
+      -- The counter's "now" (see the top of the script).
+      at = now,
+      held = 0,
+      count = 0,
+      over = false,
+      reset = 0,
+      reset1 = -1,
+      -- A bucket counter's oldest bucket in pass one.
+      oldest = nil,
+    }
+    counters[i] = c
+    if tracked then
+      c.log = KEYS[k0 + n + i - 1]
+    end
     -- A key named again in this request keeps the form its first naming found it in (buckets
     -- kept for a large total may fall under `LOG_CARRY_MAX` once trimmed): one form per key and
     -- request, so that pass two writes each key as the type pass one left it.
-    if form[key[i]] ~= nil then
-      width[i] = form[key[i]]
+    if form and form[c.key] ~= nil then
+      c.width = form[c.key]
     end
-    if width[i] == 0 then
-      width[i], at[i] = log_form(key[i], log[i], window[i])
+    if c.width == 0 then
+      c.width, c.at = log_form(c.key, c.log, c.window)
     end
-    form[key[i]] = width[i]
+    if form then
+      form[c.key] = c.width
+    end
+    local earlier = pending and pending[c.key] or 0
 
-    if width[i] > 0 then
-      held[i], count[i], over[i], reset[i], reset1[i], buckets[i], at[i] = decide_buckets(key[i],
-        log[i], limit[i], window[i], width[i], hits[i], pending[key[i]] or 0)
-      if returned[i] then
-        over[i], reset[i] = false, 0
-      elseif not over[i] or charged[i] then
-        pending[key[i]] = (pending[key[i]] or 0) + hits[i]
+    if c.width > 0 then
+      c.held, c.count, c.over, c.reset, c.reset1, c.oldest, c.at = decide_buckets(c.key, c.log,
+        c.limit, c.window, c.width, c.hits, earlier)
+      if c.returned then
+        c.over, c.reset = false, 0
       end
     else
-      redis.call('ZREMRANGEBYSCORE', key[i], '-inf', at[i] - window[i])
-      held[i] = redis.call('ZCARD', key[i])
-      local c = held[i] + (pending[key[i]] or 0)
-      count[i] = c
-      reset1[i] = -1
-      if held[i] + 1 > limit[i] then
-        reset1[i] = until_fits(key[i], held[i] + 1 - limit[i], window[i])
-        if has_provisional(log[i], window[i], at[i]) then
-          reset1[i] = -2
-        end
-      end
-      if returned[i] then
-        over[i] = false
-      elseif hits[i] > limit[i] then
-        over[i] = true
-        reset[i] = window[i]
-      elseif c + hits[i] > limit[i] then
-        over[i] = true
-        reset[i] = until_fits(key[i], c + hits[i] - limit[i], window[i])
-      else
-        over[i] = false
-      end
-      if not returned[i] and (not over[i] or charged[i]) then
-        pending[key[i]] = (pending[key[i]] or 0) + hits[i]
-      end
+      decide_log(c, earlier)
     end
-    if part and log[i] then
-      provisional_form(log[i], width[i])
+    if pending and not c.returned and (not c.over or c.charged) then
+      pending[c.key] = earlier + c.hits
     end
-    if over[i] and not shadow[i] then
+    if part and c.log then
+      provisional_form(c.log, c.width)
+    end
+    if c.over and not c.shadow then
       allowed = 0
     end
   end
 
   out[#out + 1] = allowed
-  local added = {}
   for i = 1, n do
+    local c = counters[i]
     local bucket = -1
     if allowed == 0 then
-      count[i] = held[i]
+      c.count = c.held
     end
-    local records = hits[i] > 0 and not returned[i] and (charged[i] or (allowed == 1 and not over[i]))
+    local records = c.hits > 0 and not c.returned and (c.charged or (allowed == 1 and not c.over))
     -- Charged hits are never taken back, so they stay out of the provisional logs.
-    local provisional = part and not charged[i]
-    if returned[i] and hits[i] > 0 then
-      count[i] = count[i] - take_back(key[i], log[i], width[i], hits[i])
-    elseif records and width[i] > 0 then
+    local provisional = part and not c.charged
+    if c.returned and c.hits > 0 then
+      c.count = c.count - take_back(c.key, c.log, c.width, c.hits)
+    elseif records and c.width > 0 then
       local added_hits
-      bucket, added_hits = record_buckets(key[i], log[i], window[i], width[i], hits[i], provisional,
-        at[i])
-      count[i] = math.min(count[i] + added_hits, MAX_HELD)
+      bucket, added_hits = record_buckets(c.key, c.log, c.window, c.width, c.hits, provisional, c.at)
+      c.count = math.min(c.count + added_hits, MAX_HELD)
     elseif records then
-      -- Hits are numbered per key across the request, so a counter named twice gets distinct
-      -- members.
-      local first = (added[key[i]] or 0) + 1
-      local final = first + hits[i] - 1
-      added[key[i]] = final
-      -- ZADD in chunks: Lua's unpack has a stack limit of a few thousand values.
-      local h = first
-      while h <= final do
-        local args = {}
-        local last = math.min(h + 255, final)
-        for j = h, last do
-          args[#args + 1] = at[i]
-          if j == 1 then
-            args[#args + 1] = rid
-          else
-            args[#args + 1] = rid .. ':' .. j
-          end
-        end
-        redis.call('ZADD', key[i], unpack(args))
-        if provisional and log[i] then
-          redis.call('ZADD', log[i], unpack(args))
-        end
-        h = last + 1
+      local first = (added and added[c.key] or 0) + 1
+      record_log(c, rid, first, provisional)
+      if added then
+        added[c.key] = first + c.hits - 1
       end
-      -- Until the hits leave: a window after the counter's "now", in this server's clock.
-      local ttl = math.ceil((at[i] + window[i] - now) / 1000)
-      redis.call('PEXPIRE', key[i], ttl)
-      if provisional and log[i] then
-        redis.call('PEXPIRE', log[i], ttl)
-      end
-      count[i] = count[i] + hits[i]
     end
     -- Full after this request (the deny cache may remember it): unless provisional hits fill it.
-    if width[i] > 0 then
-      local span = window[i] / width[i]
-      if not over[i] and count[i] >= limit[i] and buckets_provisional(log[i], width[i], span, at[i]) then
-        reset1[i] = -2
+    if c.width > 0 then
+      local span = c.window / c.width
+      if not c.over and c.count >= c.limit and buckets_provisional(c.log, c.width, span, c.at) then
+        c.reset1 = -2
       end
-      if not over[i] then
+      if not c.over then
         -- Until the oldest hit's bucket leaves: the oldest bucket before this request, or the
         -- current one if this request (or an earlier one of the call) holds the first hits.
-        reset[i] = 0
-        if count[i] > 0 then
-          local oldest = buckets[i] or math.floor(at[i] / width[i])
-          reset[i] = buckets_until_fits(key[i], oldest, 1, width[i], span, window[i], at[i])
+        c.reset = 0
+        if c.count > 0 then
+          local oldest = c.oldest or math.floor(c.at / c.width)
+          c.reset = buckets_until_fits(c.key, oldest, 1, c.width, span, c.window, c.at)
         end
       end
-    elseif not over[i] and count[i] >= limit[i] and has_provisional(log[i], window[i], at[i]) then
-      reset1[i] = -2
-    end
-    if not over[i] and width[i] == 0 then
-      local oldest = redis.call('ZRANGE', key[i], 0, 0, 'WITHSCORES')
-      if oldest[2] then
-        reset[i] = math.max(tonumber(oldest[2]) + window[i] - now, 0)
-      else
-        reset[i] = 0
+    elseif not c.over then
+      if c.count >= c.limit and has_provisional(c.log, c.window, c.at) then
+        c.reset1 = -2
+      end
+      -- Until the oldest hit leaves the window: with none held before this request, the oldest
+      -- is one it recorded, at the counter's "now" (no read needed).
+      c.reset = 0
+      if c.count > 0 and c.held == 0 then
+        c.reset = math.max(c.at + c.window - now, 0)
+      elseif c.count > 0 then
+        local oldest = redis.call('ZRANGE', c.key, '0', '0', 'WITHSCORES')
+        if oldest[2] then
+          c.reset = math.max(tonumber(oldest[2]) + c.window - now, 0)
+        end
       end
     end
     local o = 0
-    if over[i] then
+    if c.over then
       o = 1
     end
     out[#out + 1] = o
-    out[#out + 1] = count[i]
-    out[#out + 1] = reset[i]
-    out[#out + 1] = reset1[i]
+    out[#out + 1] = c.count
+    out[#out + 1] = c.reset
+    out[#out + 1] = c.reset1
     out[#out + 1] = bucket
   end
 end
