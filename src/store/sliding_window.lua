@@ -482,7 +482,7 @@ end
 
 -- Pass one for a bucket counter: the hits it holds, the count with this request's earlier
 -- counters on the key, decide, and the waits (see the reply's fields); also returns the oldest
--- bucket's index and the counter's "now" for pass two.
+-- bucket's index, the counter's "now" and its field 'n' as read for pass two.
 local function decide_buckets(key, log, limit, window, width, hits, pending)
   local span = window / width
   local meta = buckets_meta(key, log, window, width)
@@ -501,15 +501,16 @@ local function decide_buckets(key, log, limit, window, width, hits, pending)
     over = true
     reset = buckets_until_fits(key, oldest, c + hits - limit, width, span, window, at)
   end
-  return held, c, over, reset, reset1, oldest, at
+  return held, c, over, reset, reset1, oldest, at, meta[3]
 end
 
 -- Pass two for an admitted bucket counter: adds its hits to the current bucket and the total (and,
 -- for a cross-slot part, to that bucket of the provisional hash), the oldest making room past
 -- `MAX_HELD` in all, and keeps the keys until the current bucket leaves the window. Returns the
 -- bucket's index and the hits added. `at` is the counter's "now", so the current bucket is its
--- newest.
-local function record_buckets(key, log, window, width, hits, part, at)
+-- newest. `newest` is the field 'n' as pass one read it: it can only have become the current
+-- bucket since (an earlier counter of the request on the key), so it is written at most once more.
+local function record_buckets(key, log, window, width, hits, part, at, newest)
   local span = window / width
   local current = math.floor(at / width)
   local field = bucket_field(current)
@@ -535,7 +536,7 @@ local function record_buckets(key, log, window, width, hits, part, at)
   redis.call('HINCRBY', key, field, int(hits))
   if first then
     redis.call('HSET', key, 'o', field, 'n', field, 'w', int(width))
-  elseif redis.call('HGET', key, 'n') ~= field then
+  elseif newest ~= field then
     redis.call('HSET', key, 'n', field)
   end
   local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
@@ -708,8 +709,9 @@ local function decide(rid, part, n, k0, a0)
       over = false,
       reset = 0,
       reset1 = -1,
-      -- A bucket counter's oldest bucket in pass one.
+      -- A bucket counter's oldest bucket and its field 'n', as pass one read them.
       oldest = nil,
+      newest = nil,
     }
     counters[i] = c
     if tracked then
@@ -730,8 +732,8 @@ local function decide(rid, part, n, k0, a0)
     local earlier = pending and pending[c.key] or 0
 
     if c.width > 0 then
-      c.held, c.count, c.over, c.reset, c.reset1, c.oldest, c.at = decide_buckets(c.key, c.log,
-        c.limit, c.window, c.width, c.hits, earlier)
+      c.held, c.count, c.over, c.reset, c.reset1, c.oldest, c.at, c.newest = decide_buckets(c.key,
+        c.log, c.limit, c.window, c.width, c.hits, earlier)
       if c.returned then
         c.over, c.reset = false, 0
       end
@@ -763,7 +765,8 @@ local function decide(rid, part, n, k0, a0)
       c.count = c.count - take_back(c.key, c.log, c.width, c.hits)
     elseif records and c.width > 0 then
       local added_hits
-      bucket, added_hits = record_buckets(c.key, c.log, c.window, c.width, c.hits, provisional, c.at)
+      bucket, added_hits = record_buckets(c.key, c.log, c.window, c.width, c.hits, provisional, c.at,
+        c.newest)
       c.count = math.min(c.count + added_hits, MAX_HELD)
     elseif records then
       local first = (added and added[c.key] or 0) + 1
