@@ -38,6 +38,8 @@ pub struct BenchReport {
     pub latency_us: Percentiles,
     /// Server CPU microseconds per request, when `--server-pid` was given.
     pub server_cpu_us_per_request: Option<f64>,
+    /// Of which in the kernel (system time: reads, writes, `epoll_wait`, wake-ups).
+    pub server_system_cpu_us_per_request: Option<f64>,
     /// Cores the server used on average (CPU time / wall time), with `--server-pid`.
     pub server_cores: Option<f64>,
     /// This load generator's own CPU microseconds per request.
@@ -52,14 +54,17 @@ pub struct BenchReport {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuSnapshot {
     server: Option<Duration>,
+    server_system: Option<Duration>,
     client: Option<Duration>,
     redis: Option<Duration>,
 }
 
 impl CpuSnapshot {
     pub fn take(args: &BenchArgs) -> Self {
+        let server = args.server_pid.and_then(process_cpu_times);
         CpuSnapshot {
-            server: args.server_pid.and_then(process_cpu_time),
+            server: server.map(|(user, system)| user + system),
+            server_system: server.map(|(_, system)| system),
             client: process_cpu_time(std::process::id()),
             redis: args.redis_pid.and_then(process_cpu_time),
         }
@@ -138,6 +143,7 @@ pub fn summarize(
     let per_request = |us: Option<f64>| us.filter(|_| requests > 0).map(|us| us / requests as f64);
     let cores = |us: Option<f64>| us.map(|us| us / 1e6 / seconds.max(f64::EPSILON));
     let server = used(before.server, after.server);
+    let server_system = used(before.server_system, after.server_system);
     let client = used(before.client, after.client);
     let redis = used(before.redis, after.redis);
     BenchReport {
@@ -167,6 +173,7 @@ pub fn summarize(
             mean: h.mean(),
         },
         server_cpu_us_per_request: per_request(server),
+        server_system_cpu_us_per_request: per_request(server_system),
         server_cores: cores(server),
         client_cpu_us_per_request: per_request(client),
         redis_cpu_us_per_request: per_request(redis),
@@ -216,14 +223,20 @@ pub fn print_report(args: &BenchArgs, r: &BenchReport) {
 
 /// User + system CPU time of a process, from `/proc/PID/stat` (Linux; `None` elsewhere).
 pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    process_cpu_times(pid).map(|(user, system)| user + system)
+}
+
+/// User and system CPU time of a process, from `/proc/PID/stat` (Linux; `None` elsewhere).
+pub fn process_cpu_times(pid: u32) -> Option<(Duration, Duration)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces; fields after its closing ')' are fixed.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 overall, i.e. 11 and 12 after the state field (3).
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let ticks = |field: usize| fields.get(field)?.parse::<u64>().ok();
     // Linux reports in USER_HZ, which is 100 on every mainstream configuration.
-    Some(Duration::from_millis(ticks * 10))
+    let time = |ticks: u64| Duration::from_millis(ticks * 10);
+    Some((time(ticks(11)?), time(ticks(12)?)))
 }
 
 #[cfg(test)]

@@ -87,6 +87,7 @@
 //! Passwords never leave this module in any text: URLs are shown through [`redact_url`], and client
 //! error messages are scrubbed of the configured passwords.
 
+mod anchor;
 mod batch;
 mod board;
 mod classify;
@@ -527,6 +528,7 @@ impl RedisStore {
         timeout: Duration,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        anchor::call(self.shared.timeout);
         let result = tokio::time::timeout(timeout, call)
             .await
             .unwrap_or(Err(StoreError::Timeout(timeout)));
