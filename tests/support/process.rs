@@ -83,6 +83,20 @@ pub fn try_spawn_listening(
     }
 }
 
+/// `spawn(port)` on a [`free_port`], again on another port (three attempts in all) when it did
+/// not come up: between `free_port` releasing a port and the server binding it, another process
+/// of the test run may take it. Panics with the last reason when no attempt succeeded.
+pub fn on_a_free_port<T>(mut spawn: impl FnMut(u16) -> Result<T, String>) -> T {
+    let mut why = String::new();
+    for _ in 0..3 {
+        match spawn(free_port()) {
+            Ok(started) => return started,
+            Err(reason) => why = reason,
+        }
+    }
+    panic!("{why} (three ports tried)")
+}
+
 /// `kill -NAME PID`.
 pub fn send_signal(pid: u32, name: &str) {
     let status = Command::new("kill")

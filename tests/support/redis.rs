@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use super::{
-    CertFiles, KillOnDrop, free_port, redis_server_program, require_program, try_spawn_listening,
+    CertFiles, KillOnDrop, on_a_free_port, redis_server_program, require_program,
+    try_spawn_listening,
 };
 
 mod cluster;
@@ -27,11 +28,13 @@ impl RedisServer {
 
     /// Starts one with extra arguments (e.g. `["--requirepass", "secret"]`).
     pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
-        let port = free_port();
-        let port_arg = port.to_string();
-        let mut args = vec!["--port", port_arg.as_str()];
-        args.extend(extra);
-        Self::spawn(&args, port)
+        redis_server_program()?;
+        Some(on_a_free_port(|port| {
+            let port_arg = port.to_string();
+            let mut args = vec!["--port", port_arg.as_str()];
+            args.extend(extra);
+            Self::try_spawn(&args, port).expect("redis-server, found above")
+        }))
     }
 
     /// Starts redis-server (bound to 127.0.0.1, no persistence, in a fresh directory) with `args`,
@@ -143,13 +146,14 @@ impl TlsRedisServer {
     pub fn start(extra: &[&str]) -> Option<TlsRedisServer> {
         redis_server_program()?;
         let ca = CertFiles::new();
-        let tls_port = free_port();
-        let tls_port_arg = tls_port.to_string();
         let tls_args = ca.server_args();
-        let mut args: Vec<&str> = vec!["--port", "0", "--tls-port", &tls_port_arg];
-        args.extend(tls_args.iter().map(String::as_str));
-        args.extend(extra);
-        let server = RedisServer::spawn(&args, tls_port)?;
+        let server = on_a_free_port(|tls_port| {
+            let tls_port_arg = tls_port.to_string();
+            let mut args: Vec<&str> = vec!["--port", "0", "--tls-port", &tls_port_arg];
+            args.extend(tls_args.iter().map(String::as_str));
+            args.extend(extra);
+            RedisServer::try_spawn(&args, tls_port).expect("redis-server, found above")
+        });
         // Keep the CA and client files as long as the server (its dir is deleted on drop).
         let keep = |from: &PathBuf| {
             let kept = server.dir.path().join(from.file_name().expect("file name"));

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    KillOnDrop, RedisServer, free_port, redis_server_program, spawn_listening, wait_until,
+    KillOnDrop, RedisServer, on_a_free_port, redis_server_program, try_spawn_listening, wait_until,
 };
 
 /// The master name the test sentinels monitor.
@@ -26,28 +26,27 @@ impl SentinelServer {
     /// 1 s of silence; `extra` config lines are appended (e.g. `requirepass x`).
     pub fn start(primary_port: u16, extra: &[&str]) -> Option<SentinelServer> {
         let bin = redis_server_program()?;
-        let port = free_port();
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("sentinel.conf");
-        let mut config = format!(
-            "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-             sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
-             sentinel down-after-milliseconds {MASTER} 1000\n\
-             sentinel failover-timeout {MASTER} 4000\n",
-            dir = dir.path().display()
-        );
-        for line in extra {
-            config.push_str(line);
-            config.push('\n');
-        }
-        std::fs::write(&file, config).expect("sentinel config");
-        let mut command = Command::new(bin);
-        command.arg(&file).arg("--sentinel");
-        Some(SentinelServer {
-            port,
-            process: spawn_listening(&mut command, port, "redis-server --sentinel"),
-            dir,
-        })
+        let (port, process) = on_a_free_port(|port| {
+            let mut config = format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER} 1000\n\
+                 sentinel failover-timeout {MASTER} 4000\n",
+                dir = dir.path().display()
+            );
+            for line in extra {
+                config.push_str(line);
+                config.push('\n');
+            }
+            std::fs::write(&file, config).expect("sentinel config");
+            let mut command = Command::new(&bin);
+            command.arg(&file).arg("--sentinel");
+            try_spawn_listening(&mut command, port, "redis-server --sentinel")
+                .map(|process| (port, process))
+        });
+        Some(SentinelServer { port, process, dir })
     }
 
     /// Runs `redis-cli` against this sentinel and returns its stdout.
