@@ -4,6 +4,8 @@
 //! when the drain ends first.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -97,23 +99,23 @@ pub(super) async fn unary<Req, Resp, F, Fut>(
     let timeout = grpc_timeout(request.headers());
     let outcome = async {
         let body = read_message::<Req>(request.into_body(), &limits.budget);
-        let message = tokio::time::timeout(limits.body_timeout, body)
-            .await
-            .unwrap_or_else(|_| {
-                Err(Status::deadline_exceeded(
-                    "the request's message did not arrive within the body timeout",
-                ))
-            })?;
+        let message = within(limits.body_timeout, body, || {
+            Status::deadline_exceeded(
+                "the request's message did not arrive within the body timeout",
+            )
+        })
+        .await?;
         handler(message).await
     };
     let outcome = async {
         match timeout {
             None => outcome.await,
-            Some(timeout) => tokio::time::timeout(timeout, outcome)
+            Some(timeout) => {
+                within(timeout, outcome, || {
+                    Status::deadline_exceeded("the call's grpc-timeout passed")
+                })
                 .await
-                .unwrap_or_else(|_| {
-                    Err(Status::deadline_exceeded("the call's grpc-timeout passed"))
-                }),
+            }
         }
     };
     let outcome = tokio::select! {
@@ -126,6 +128,49 @@ pub(super) async fn unary<Req, Resp, F, Fut>(
         Ok(message) => send_message(&mut respond, &message),
         Err(status) => send_status(&mut respond, &status),
     };
+}
+
+pin_project_lite::pin_project! {
+    /// A future given up after `limit` with `expired`'s status: `tokio::time::timeout`, except
+    /// that its timer (a clock read, a handle on the runtime's timer, an entry in its wheel) is
+    /// made only if the future does not finish on its first poll. Most calls do: a memory-store
+    /// call whose message came with its headers is answered in that poll. So the limit counts
+    /// from that poll's end, a few microseconds after the call began.
+    struct Within<F> {
+        #[pin]
+        future: F,
+        limit: Duration,
+        expired: fn() -> Status,
+        #[pin]
+        timer: Option<tokio::time::Sleep>,
+    }
+}
+
+fn within<F>(limit: Duration, future: F, expired: fn() -> Status) -> Within<F> {
+    Within {
+        future,
+        limit,
+        expired,
+        timer: None,
+    }
+}
+
+impl<F: Future<Output = Result<T, Status>>, T> Future for Within<F> {
+    type Output = Result<T, Status>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Poll::Ready(outcome) = this.future.poll(cx) {
+            return Poll::Ready(outcome);
+        }
+        if this.timer.is_none() {
+            this.timer.set(Some(tokio::time::sleep(*this.limit)));
+        }
+        match this.timer.as_pin_mut().map(|timer| timer.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Err((this.expired)())),
+            _ => Poll::Pending,
+        }
+    }
 }
 
 pub(super) fn shutting_down() -> Status {
@@ -216,5 +261,41 @@ mod tests {
         for bad in ["", "m", "20", "20x", "+20m", "123456789m", "2 m"] {
             assert_eq!(timeout(bad), None, "{bad:?}");
         }
+    }
+
+    fn expired() -> Status {
+        Status::deadline_exceeded("expired")
+    }
+
+    /// A future that finishes in its first poll needs no timer: even a limit of zero keeps it.
+    #[tokio::test]
+    async fn a_future_ready_at_once_is_kept_whatever_the_limit() {
+        let outcome = within(Duration::ZERO, async { Ok(7) }, expired).await;
+        assert_eq!(outcome.ok(), Some(7));
+    }
+
+    /// One that waits gets the limit (real time: 20 ms against a second), and one that waits less
+    /// than the limit keeps its answer.
+    #[tokio::test]
+    async fn a_waiting_future_is_given_up_at_the_limit() {
+        let started = std::time::Instant::now();
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(1)
+        };
+        let status = within(Duration::from_millis(20), slow, expired)
+            .await
+            .expect_err("given up");
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(
+            started.elapsed() < Duration::from_millis(900),
+            "given up at the limit"
+        );
+        let quick = async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok(2)
+        };
+        let outcome = within(Duration::from_secs(5), quick, expired).await;
+        assert_eq!(outcome.ok(), Some(2));
     }
 }
