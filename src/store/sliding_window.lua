@@ -148,7 +148,7 @@ local function carry_write(key, events, window, width, counter)
   if width == 0 then
     for _, event in ipairs(events) do
       for j = 1, event[2] do
-        args[#args + 1] = string.format('%d', event[1])
+        args[#args + 1] = int(event[1])
         args[#args + 1] = string.format('~%d:%d', event[1], j)
         if #args >= 512 then
           flush('ZADD')
@@ -170,8 +170,8 @@ local function carry_write(key, events, window, width, counter)
     local total = 0
     for _, index in ipairs(order) do
       total = total + counts[index]
-      args[#args + 1] = string.format('%d', index)
-      args[#args + 1] = string.format('%d', counts[index])
+      args[#args + 1] = int(index)
+      args[#args + 1] = int(counts[index])
       if #args >= 512 then
         flush('HSET')
       end
@@ -181,13 +181,13 @@ local function carry_write(key, events, window, width, counter)
       flush('HSET')
     end
     args[#args + 1] = 't'
-    args[#args + 1] = string.format('%d', total)
+    args[#args + 1] = int(total)
     args[#args + 1] = 'o'
-    args[#args + 1] = string.format('%d', order[1])
+    args[#args + 1] = int(order[1])
     args[#args + 1] = 'n'
-    args[#args + 1] = string.format('%d', last)
+    args[#args + 1] = int(last)
     args[#args + 1] = 'w'
-    args[#args + 1] = string.format('%d', width)
+    args[#args + 1] = int(width)
     if counter then
       flush('HSET')
     end
@@ -302,9 +302,8 @@ end
 -- `span` of 'o' (trimming runs before each record), so a range of buckets is at most `span + 1`
 -- fields. `at` below is the counter's "now".
 
-local function bucket_field(index)
-  return string.format('%d', index)
-end
+-- A bucket's field in the hash: its index as text.
+local bucket_field = int
 
 -- The instant at which bucket `index` stops overlapping the window.
 local function bucket_leaves(index, width, span)
@@ -531,7 +530,7 @@ local function record_buckets(key, log, window, width, hits, part, at, newest)
       excess = excess - take
       return excess <= 0
     end)
-    redis.call('HSET', key, 't', string.format('%d', MAX_HELD))
+    redis.call('HSET', key, 't', int(MAX_HELD))
   end
   redis.call('HINCRBY', key, field, int(hits))
   if first then

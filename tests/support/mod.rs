@@ -25,8 +25,7 @@ pub use grpc::{
 pub use http::{http_get, http_status, https_get, tls_client_config};
 pub use metrics::{metric_sum, metric_value, promtool_check_metrics};
 pub use process::{
-    KillOnDrop, free_port, on_a_free_port, rss_kib, send_signal, spawn_listening,
-    try_spawn_listening, wait_until,
+    KillOnDrop, free_port, on_a_free_port, rss_kib, send_signal, try_spawn_listening, wait_until,
 };
 pub use programs::{envoy_program, redis_server_program, require_program, run_ok};
 pub use redis::{

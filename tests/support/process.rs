@@ -51,13 +51,9 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Spawns `command` (its output discarded) and waits until it accepts connections on `port`.
-pub fn spawn_listening(command: &mut Command, port: u16, what: &str) -> KillOnDrop {
-    try_spawn_listening(command, port, what).unwrap_or_else(|why| panic!("{why}"))
-}
-
-/// [`spawn_listening`], or why not: the process exited (another process took its port between
-/// [`free_port`] and its bind, say) or did not listen within 10 s.
+/// Spawns `command` (its output discarded) and waits until it accepts connections on `port`, or
+/// says why not: the process exited (another process took its port between [`free_port`] and its
+/// bind, say) or did not listen within 10 s.
 pub fn try_spawn_listening(
     command: &mut Command,
     port: u16,

@@ -10,24 +10,25 @@
 //! time per call*). An anchor, a timer that is always pending and always expires before any call's
 //! deadline would (half the timeout away), keeps the driver's next wake-up earlier than every
 //! deadline armed after it. It wakes its worker twice per timeout, and stops once the thread has
-//! made no store call for [`IDLE`], so an idle server stays idle; the next call starts it again.
+//! decided no request for [`IDLE`], so an idle server stays idle (the health check's pings start
+//! none); the next request starts it again.
 
 use std::cell::Cell;
 use std::time::Duration;
 
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-/// How long an anchor keeps ticking without a store call on its thread.
+/// How long an anchor keeps ticking without a decision on its thread.
 const IDLE: Duration = Duration::from_secs(1);
 
 thread_local! {
-    /// Store calls made on this thread (wrapping).
+    /// Decisions asked on this thread (wrapping).
     static CALLS: Cell<u64> = const { Cell::new(0) };
     /// Whether this thread has an anchor (or cannot have one: not a single-threaded runtime).
     static ANCHORED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Notes a store call on this thread, whose deadline is `timeout` away, and starts the thread's
+/// Notes a decision asked on this thread, whose deadline is `timeout` away, and starts the thread's
 /// anchor if it has none. Only on a single-threaded runtime: a multi-threaded one may run the
 /// anchor on another thread than the calls it is meant for.
 pub(super) fn call(timeout: Duration) {
@@ -51,7 +52,7 @@ fn call_with(timeout: Duration, idle: Duration) {
     }
 }
 
-/// Ticks every `period` until its thread has made no store call for `idle`.
+/// Ticks every `period` until its thread has asked no decision for `idle`.
 async fn anchor(period: Duration, idle: Duration) {
     /// Lets the thread start another anchor once this one ends, or is dropped with its runtime.
     struct Unanchor;

@@ -528,7 +528,6 @@ impl RedisStore {
         timeout: Duration,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        anchor::call(self.shared.timeout);
         let result = tokio::time::timeout(timeout, call)
             .await
             .unwrap_or(Err(StoreError::Timeout(timeout)));
@@ -611,6 +610,9 @@ impl Shared {
 #[async_trait]
 impl Store for RedisStore {
     async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
+        // Requests only: the health check's pings and the reset poll come every second and
+        // would keep an idle server's anchor ticking.
+        anchor::call(self.shared.timeout);
         let deadline = Instant::now() + self.shared.timeout;
         let counters = decided_forms(counters);
         self.with_timeout(self.shared.timeout, self.decide_inner(&counters, deadline))
