@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use compact_str::CompactString;
+
 use super::plan::Limited;
 use crate::config::{Limit, RuleMetadata, Unit};
 use crate::store::{Counter, CounterResult};
@@ -21,8 +23,9 @@ pub struct Response {
     /// One per request descriptor, in order.
     pub statuses: Vec<DescriptorStatus>,
     /// `RateLimit-Limit`, `-Remaining`, `-Reset`, `-Policy` and on deny `Retry-After`, lower-case
-    /// names; empty when headers are off or no descriptor had a limit.
-    pub headers: Vec<(&'static str, String)>,
+    /// names; empty when headers are off or no descriptor had a limit. The values are short
+    /// (numbers, and a policy per limit), held inline.
+    pub headers: Vec<(&'static str, CompactString)>,
 }
 
 /// The answer for one descriptor.
@@ -110,11 +113,11 @@ pub(super) fn headers(
     result: &CounterResult,
     descriptor_counters: &[Counter],
     denied: bool,
-) -> Vec<(&'static str, String)> {
+) -> Vec<(&'static str, CompactString)> {
     // Numbers through itoa: `to_string` and `write!` go through the formatting machinery, some
     // hundred instructions a number on every answer.
     let mut digits = itoa::Buffer::new();
-    let mut policy = String::with_capacity(16 * descriptor_counters.len());
+    let mut policy = CompactString::with_capacity(16 * descriptor_counters.len());
     for (i, c) in descriptor_counters.iter().enumerate() {
         if i > 0 {
             policy.push_str(", ");
@@ -124,7 +127,7 @@ pub(super) fn headers(
         policy.push_str(digits.format(ceil_secs(c.window)));
     }
     let reset = ceil_secs(result.reset_after);
-    let mut decimal = |n: u64| digits.format(n).to_owned();
+    let mut decimal = |n: u64| CompactString::from(digits.format(n));
     let mut headers = vec![
         ("ratelimit-limit", decimal(counter.limit)),
         ("ratelimit-remaining", decimal(result.remaining)),

@@ -240,7 +240,7 @@ mod tests {
             response_headers_to_add: (response.headers.iter())
                 .map(|(key, value)| HeaderValue {
                     key: key.to_string(),
-                    value: value.clone(),
+                    value: value.to_string(),
                     ..HeaderValue::default()
                 })
                 .collect(),
@@ -303,7 +303,7 @@ mod tests {
                 overall,
                 statuses,
                 headers: (headers.into_iter())
-                    .map(|(name, value)| (HEADER_NAMES[name], value))
+                    .map(|(name, value)| (HEADER_NAMES[name], value.into()))
                     .collect(),
             })
     }

@@ -21,6 +21,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Extension, Router};
+use compact_str::CompactString;
 
 use super::Caller;
 use super::check::{self, DenyStatus, OVER_HEADER};
@@ -233,7 +234,7 @@ pub(super) fn error_response(error: &LimitError) -> Response {
     (status, format!("{error}\n")).into_response()
 }
 
-fn to_headers(pairs: &[(&'static str, String)]) -> HeaderMap {
+fn to_headers(pairs: &[(&'static str, CompactString)]) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(pairs.len() + 1);
     for (name, value) in pairs {
         // The limiter writes lower-case names and decimal values, which are always valid.

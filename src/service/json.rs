@@ -296,7 +296,7 @@ pub fn render_response(response: &Response) -> Value {
         let headers: Vec<Value> = response
             .headers
             .iter()
-            .map(|(key, value)| json!({"key": key, "value": value}))
+            .map(|(key, value)| json!({"key": key, "value": value.as_str()}))
             .collect();
         body.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }

@@ -8,7 +8,7 @@
 //! [`entry_text`](crate::limiter::entry_text): bytes that are UTF-8 stand for themselves, others
 //! are escaped into a text of their own, so such a value is decided under its own counter.
 
-use bytes::{Buf, BufMut};
+use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use prost::encoding::{DecodeContext, WireType, bytes as wire_bytes, skip_field, string};
@@ -17,11 +17,12 @@ use prost::{DecodeError, Message};
 use super::unit_from_override;
 use crate::limiter::{Descriptor, LimitOverride, Request, entry_text, entry_text_owned};
 
-/// `envoy.service.ratelimit.v3.RateLimitRequest` with its domain as bytes.
+/// `envoy.service.ratelimit.v3.RateLimitRequest` with its domain as bytes (`Bytes`, not a
+/// `Vec`: prost fills a `Vec<u8>` through a `Bytes` copied first, two allocations for one).
 #[derive(Clone, PartialEq, Message)]
 pub struct WireRequest {
-    #[prost(bytes = "vec", tag = "1")]
-    pub domain: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub domain: Bytes,
     #[prost(message, repeated, tag = "2")]
     pub descriptors: Vec<WireDescriptor>,
     #[prost(uint32, tag = "3")]
@@ -73,9 +74,11 @@ impl Message for WireEntry {
             2 => &mut self.value,
             _ => return skip_field(wire_type, tag, buf, ctx),
         };
-        let mut raw = Vec::new();
+        // Into `Bytes`, then a `Vec` that takes over its allocation: one copy of the bytes.
+        // (prost's merge into a `Vec<u8>` copies them into a `Bytes` and then into the `Vec`.)
+        let mut raw = Bytes::new();
         wire_bytes::merge(wire_type, &mut raw, buf, ctx)?;
-        let (text, escaped) = entry_text_owned(raw);
+        let (text, escaped) = entry_text_owned(Vec::from(raw));
         *field = text;
         // A field given twice keeps its last text (protobuf): the flag is whether the text kept
         // is escaped (an escaped text holds a NUL, no other does), looked at again only when an
