@@ -270,7 +270,6 @@ mod tests {
     use super::*;
     use crate::server::grpc_port::call::unary;
     use crate::server::grpc_port::framing::{GRPC_STATUS, encode_frame};
-    use bytes::BytesMut;
     use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
     use http::header::CONTENT_TYPE;
     use tokio::net::TcpStream;
@@ -306,10 +305,7 @@ mod tests {
             .body(())
             .expect("a valid request");
         let (response, mut body) = client.send_request(request, false)?;
-        body.send_data(
-            encode_frame(&RateLimitRequest::default(), &mut BytesMut::new()),
-            true,
-        )?;
+        body.send_data(encode_frame(&RateLimitRequest::default()), true)?;
         let mut response = response.await?.into_body();
         while let Some(data) = response.data().await {
             data?;

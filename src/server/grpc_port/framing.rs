@@ -89,7 +89,7 @@ pub(super) fn send_message<M: Message>(
     respond: &mut SendResponse<Bytes>,
     message: &M,
 ) -> Result<(), h2::Error> {
-    let frame = encode_frame(message, &mut BytesMut::new());
+    let frame = encode_frame(message);
     let mut stream = respond.send_response(response_head(), false)?;
     stream.send_data(frame, false)?;
     let mut trailers = HeaderMap::with_capacity(1);
@@ -97,17 +97,17 @@ pub(super) fn send_message<M: Message>(
     stream.send_trailers(trailers)
 }
 
-/// Encodes `message` as one gRPC message (flag 0 for "uncompressed", the length in 4 bytes
-/// big-endian, the protobuf) at the end of `buf` and splits it off. A caller that keeps `buf`
-/// (the load generator does) gets its memory back once the frame has been sent and dropped.
-pub fn encode_frame(message: &impl Message, buf: &mut BytesMut) -> Bytes {
+/// Encodes `message` as one gRPC message: flag 0 for "uncompressed", the length in 4 bytes
+/// big-endian, the protobuf. Into a `Vec` of the exact size that the `Bytes` takes over: one
+/// allocation (a `BytesMut` split off into `Bytes` allocates its shared header too).
+pub fn encode_frame(message: &impl Message) -> Bytes {
     let length = message.encoded_len();
-    buf.reserve(5 + length);
+    let mut buf = Vec::with_capacity(5 + length);
     buf.put_u8(0);
     // Rate-limit messages are far below 4 GiB (requests are capped at 4 MiB).
     buf.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
-    message.encode_raw(buf);
-    buf.split().freeze()
+    message.encode_raw(&mut buf);
+    Bytes::from(buf)
 }
 
 /// Answers an error as a trailers-only response.
