@@ -611,8 +611,8 @@ struct Broken;
 
 #[async_trait::async_trait]
 impl Store for Broken {
-    async fn decide(&self, _: &[Counter]) -> Result<crate::store::Decision, StoreError> {
-        Err(StoreError::Connection("refused".into()))
+    fn decide<'a>(&'a self, _: &'a [Counter]) -> crate::store::Decided<'a> {
+        crate::store::Decided::Now(Some(Err(StoreError::Connection("refused".into()))))
     }
     async fn clear(&self, _: &[crate::store::CounterKey]) -> Result<Vec<bool>, StoreError> {
         Err(StoreError::Connection("refused".into()))

@@ -50,8 +50,8 @@ use async_trait::async_trait;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::{
-    Clock, Counter, CounterKey, CounterResult, Decision, HitKind, MAX_HELD, Precision, Store,
-    StoreError, decided_forms,
+    Clock, Counter, CounterKey, CounterResult, Decided, Decision, HitKind, MAX_HELD, Precision,
+    Store, StoreError, decided_forms,
 };
 use crate::Scratch;
 use buckets::Buckets;
@@ -531,8 +531,8 @@ fn micros(d: Duration) -> u64 {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
-        Ok(self.decide_now(counters))
+    fn decide<'a>(&'a self, counters: &'a [Counter]) -> Decided<'a> {
+        Decided::Now(Some(Ok(self.decide_now(counters))))
     }
 
     async fn clear(&self, keys: &[CounterKey]) -> Result<Vec<bool>, StoreError> {

@@ -66,7 +66,10 @@
 //! ([`FailureMode`]) is the limiter's business, so every store behaves the same way when it fails.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::str::FromStr;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -310,11 +313,36 @@ impl StoreError {
     }
 }
 
+/// What [`Store::decide`] gives: the answer, when the store has it at once (the memory store
+/// decides in the call), or the future of it (Redis). Not a boxed future for every store: boxing
+/// one that is ready at once cost an allocation per call.
+pub enum Decided<'a> {
+    /// The answer (taken by the first poll).
+    Now(Option<Result<Decision, StoreError>>),
+    /// The answer to come.
+    Later(Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send + 'a>>),
+}
+
+impl Future for Decided<'_> {
+    type Output = Result<Decision, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Decided::Now(answer) => Poll::Ready(answer.take().unwrap_or_else(|| {
+                Err(StoreError::Backend(
+                    "a decision polled after its answer".into(),
+                ))
+            })),
+            Decided::Later(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
 /// A sliding-window store.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Decides all counters of one request atomically (all or nothing), see the module docs.
-    async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError>;
+    fn decide<'a>(&'a self, counters: &'a [Counter]) -> Decided<'a>;
     /// What `counters` hold now, recording, charging and taking back nothing: each is decided as
     /// a check (0 admitted hits, see the module docs), so `count` is the hits its window holds,
     /// `remaining` what is left of its limit and `reset_after` when its oldest hit leaves (for

@@ -142,7 +142,8 @@ use options::{connection_info, manager_config, resp3, tcp_settings, tls_certific
 use password::PasswordFile;
 
 use super::{
-    Counter, CounterKey, CounterResult, Decision, Store, StoreError, checks_of, decided_forms,
+    Counter, CounterKey, CounterResult, Decided, Decision, Store, StoreError, checks_of,
+    decided_forms,
 };
 
 /// Builds the Redis store the options describe: cluster when seed nodes are given, else standalone.
@@ -609,14 +610,16 @@ impl Shared {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn decide(&self, counters: &[Counter]) -> Result<Decision, StoreError> {
-        // Requests only: the health check's pings and the reset poll come every second and
-        // would keep an idle server's anchor ticking.
-        anchor::call(self.shared.timeout);
-        let deadline = Instant::now() + self.shared.timeout;
-        let counters = decided_forms(counters);
-        self.with_timeout(self.shared.timeout, self.decide_inner(&counters, deadline))
-            .await
+    fn decide<'a>(&'a self, counters: &'a [Counter]) -> Decided<'a> {
+        Decided::Later(Box::pin(async move {
+            // Requests only: the health check's pings and the reset poll come every second and
+            // would keep an idle server's anchor ticking.
+            anchor::call(self.shared.timeout);
+            let deadline = Instant::now() + self.shared.timeout;
+            let counters = decided_forms(counters);
+            self.with_timeout(self.shared.timeout, self.decide_inner(&counters, deadline))
+                .await
+        }))
     }
 
     /// Waits for connecting and authenticating up to [`PROBE_TIMEOUT`], not the call deadline: the startup check and health then name what happened (a
