@@ -85,8 +85,28 @@ pub(super) fn refuse(request: &http::Request<RecvStream>) -> Option<Refusal> {
 
 /// A unary call served inline: read one message, run `handler`, answer its message or status.
 /// A call still open when the drain ends answers UNAVAILABLE.
-pub(super) async fn unary<Req, Resp, F, Fut>(
+///
+/// Not async itself: the request's head (its headers, some 200 bytes) is read here and dropped,
+/// so that the call's future, moved into its box when the call starts, holds only the body.
+pub(super) fn unary<Req, Resp, F, Fut>(
     request: http::Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+    limits: CallLimits,
+    handler: F,
+) -> impl Future<Output = ()>
+where
+    Req: Message + Default,
+    Resp: Message,
+    F: FnOnce(Req) -> Fut,
+    Fut: Future<Output = Result<Resp, Status>>,
+{
+    let timeout = grpc_timeout(request.headers());
+    unary_body(request.into_body(), timeout, respond, limits, handler)
+}
+
+async fn unary_body<Req, Resp, F, Fut>(
+    body: RecvStream,
+    timeout: Option<Duration>,
     mut respond: SendResponse<Bytes>,
     limits: CallLimits,
     handler: F,
@@ -96,9 +116,8 @@ pub(super) async fn unary<Req, Resp, F, Fut>(
     F: FnOnce(Req) -> Fut,
     Fut: Future<Output = Result<Resp, Status>>,
 {
-    let timeout = grpc_timeout(request.headers());
     let outcome = async {
-        let body = read_message::<Req>(request.into_body(), &limits.budget);
+        let body = read_message::<Req>(body, &limits.budget);
         let message = within(limits.body_timeout, body, || {
             Status::deadline_exceeded(
                 "the request's message did not arrive within the body timeout",
