@@ -180,7 +180,8 @@ impl RateLimiter {
             });
         };
 
-        let (plans, counters) = self.plan(request, domain);
+        let (mut plans, mut counters) = (Scratch::new(), Scratch::new());
+        self.plan_into(request, domain, &mut plans, &mut counters);
         if O::WANTS_RULES {
             for plan in &plans {
                 if let Plan::Unlimited { label, .. }

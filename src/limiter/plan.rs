@@ -76,6 +76,21 @@ impl RateLimiter {
         request: &'a Request<'_>,
         domain: &'a DomainRules,
     ) -> (Scratch<Plan<'a>>, Scratch<Counter>) {
+        let (mut plans, mut counters) = (Scratch::new(), Scratch::new());
+        self.plan_into(request, domain, &mut plans, &mut counters);
+        (plans, counters)
+    }
+
+    /// [`RateLimiter::plan`] into the caller's (empty) lists: the decision's path keeps them in
+    /// its own future, where returning them would copy both (inline lists, some hundreds of
+    /// bytes) once more.
+    pub(super) fn plan_into<'a>(
+        &self,
+        request: &'a Request<'_>,
+        domain: &'a DomainRules,
+        plans: &mut Scratch<Plan<'a>>,
+        counters: &mut Scratch<Counter>,
+    ) {
         // Match every descriptor first: `replaces` depends on all matches of the request.
         let matches: Scratch<Option<RuleMatch<'a>>> = request
             .descriptors
@@ -90,50 +105,51 @@ impl RateLimiter {
             .flatten()
             .flat_map(|m| m.rule.replaces.iter().map(String::as_str))
             .collect();
-        let mut counters = Scratch::with_capacity(request.descriptors.len());
+        counters.reserve(request.descriptors.len());
         let mut budget = self.options.limits.max_hits;
-        let plans: Scratch<Plan<'a>> = request
-            .descriptors
-            .iter()
-            .zip(matches)
-            .map(|(descriptor, matched)| {
-                let hits = descriptor_hits(request, descriptor);
-                let kind = self.hit_kind(request, descriptor);
-                let is_replaced =
-                    |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
-                match (descriptor.limit, matched) {
-                    (Some(limit), _) => {
-                        let mut limited = override_plan(descriptor, limit, hits, kind);
-                        limited.quota = self.options.quota_mode;
-                        self.admit(&mut counters, &mut budget, limited, || {
-                            self.override_tag(request.domain, &descriptor.entries)
-                        })
-                    }
-                    (None, None) => Plan::NoRule,
-                    (None, Some(m)) if m.rule.unlimited => Plan::Unlimited {
-                        label: m.stats_name,
-                        hits,
-                    },
-                    (None, Some(m)) if is_replaced(&m) => Plan::Replaced,
-                    (None, Some(m)) if m.rule.limits.is_empty() => Plan::NoRule,
-                    (None, Some(mut m)) => {
-                        let limited = Limited {
-                            // Moved out: the tag below needs only the match's entries.
-                            label: std::mem::take(&mut m.stats_name),
-                            rule: Some(m.rule),
-                            own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
-                            limits: Cow::Borrowed(&m.rule.limits),
-                            shadow: m.rule.shadow_mode,
-                            quota: m.rule.quota_mode || self.options.quota_mode,
+        plans.extend(
+            request
+                .descriptors
+                .iter()
+                .zip(matches)
+                .map(|(descriptor, matched)| {
+                    let hits = descriptor_hits(request, descriptor);
+                    let kind = self.hit_kind(request, descriptor);
+                    let is_replaced =
+                        |m: &RuleMatch<'_>| replacing.iter().any(|name| m.rule.is_named(name));
+                    match (descriptor.limit, matched) {
+                        (Some(limit), _) => {
+                            let mut limited = override_plan(descriptor, limit, hits, kind);
+                            limited.quota = self.options.quota_mode;
+                            self.admit(counters, &mut budget, limited, || {
+                                self.override_tag(request.domain, &descriptor.entries)
+                            })
+                        }
+                        (None, None) => Plan::NoRule,
+                        (None, Some(m)) if m.rule.unlimited => Plan::Unlimited {
+                            label: m.stats_name,
                             hits,
-                            kind,
-                            counters: 0..0,
-                        };
-                        self.admit(&mut counters, &mut budget, limited, || self.match_tag(&m))
+                        },
+                        (None, Some(m)) if is_replaced(&m) => Plan::Replaced,
+                        (None, Some(m)) if m.rule.limits.is_empty() => Plan::NoRule,
+                        (None, Some(mut m)) => {
+                            let limited = Limited {
+                                // Moved out: the tag below needs only the match's entries.
+                                label: std::mem::take(&mut m.stats_name),
+                                rule: Some(m.rule),
+                                own_labels: !m.rule.detailed_metric && !m.rule.value_to_metric,
+                                limits: Cow::Borrowed(&m.rule.limits),
+                                shadow: m.rule.shadow_mode,
+                                quota: m.rule.quota_mode || self.options.quota_mode,
+                                hits,
+                                kind,
+                                counters: 0..0,
+                            };
+                            self.admit(counters, &mut budget, limited, || self.match_tag(&m))
+                        }
                     }
-                }
-            })
-            .collect();
+                }),
+        );
         // A request that an over-budget descriptor denies must admit nothing, as any denied
         // request: its other counters are only checked (charges and returns still land).
         let denied = plans
@@ -145,7 +161,6 @@ impl RateLimiter {
                 .filter(|c| c.kind == HitKind::Admitted)
                 .for_each(|c| c.hits = 0);
         }
-        (plans, counters)
     }
 
     /// What a descriptor's hits do: returned for `is_negative_hits`; charged under
