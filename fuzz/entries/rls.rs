@@ -33,7 +33,7 @@ pub fn run(data: &[u8]) {
             && (request.descriptors.iter()).all(|d| d.entries.len() <= limits.max_entries);
         assert_eq!(counted.is_ok(), within, "{counted:?}");
     }
-    match rls::decode(&bytes::Bytes::copy_from_slice(body), &limits) {
+    match rls::decode(body, &limits) {
         Ok(request) => {
             assert!(plain.as_ref().is_ok_and(|plain| *plain == request));
             for entry in request.descriptors.iter().flat_map(|d| &d.entries) {

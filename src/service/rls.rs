@@ -196,7 +196,7 @@ impl Message for RequestBytes {
 
 /// Decodes a `RateLimitRequest` once [`check_counts`] has found it within the limits, keys and
 /// values as bytes ([`WireRequest`]): no value a client chooses makes it undecodable.
-pub fn decode(bytes: &Bytes, limits: &RequestLimits) -> Result<WireRequest, LimitError> {
+pub fn decode(bytes: &[u8], limits: &RequestLimits) -> Result<WireRequest, LimitError> {
     let undecodable = |error: &dyn std::fmt::Display| {
         LimitError::InvalidArgument(format!("cannot decode the request: {error}"))
     };
@@ -204,8 +204,7 @@ pub fn decode(bytes: &Bytes, limits: &RequestLimits) -> Result<WireRequest, Limi
         Counted::Over(error) => error,
         Counted::Undecodable(error) => undecodable(&error),
     })?;
-    // From `Bytes`: the domain is kept by reference count, not copied.
-    WireRequest::decode(bytes.clone()).map_err(|error| undecodable(&error))
+    WireRequest::decode(bytes).map_err(|error| undecodable(&error))
 }
 
 /// Why [`check_counts`] stopped.
@@ -315,25 +314,23 @@ mod tests {
 
     #[test]
     fn counts_descriptors_and_entries_before_decoding() {
-        let ok = decode(&encoded(3, 2).into(), &limits()).map(|r| r.descriptors.len());
+        let ok = decode(&encoded(3, 2), &limits()).map(|r| r.descriptors.len());
         assert!(matches!(ok, Ok(3)), "{ok:?}");
-        let many = message(decode(&encoded(4, 1).into(), &limits()));
+        let many = message(decode(&encoded(4, 1), &limits()));
         assert!(many.contains("too many descriptors: 4"), "{many}");
-        let deep = message(decode(&encoded(1, 3).into(), &limits()));
+        let deep = message(decode(&encoded(1, 3), &limits()));
         assert!(
             deep.contains("descriptors[0] has too many entries: 3"),
             "{deep}"
         );
         // 4 MiB of empty descriptors (`12 00`): refused at the fourth, nothing built.
         let bomb = [0x12, 0x00].repeat(2 << 20);
-        let refused = message(decode(&bomb.into(), &limits()));
+        let refused = message(decode(&bomb, &limits()));
         assert!(refused.contains("too many descriptors: 4"), "{refused}");
         // Truncated and garbage bytes are decode errors, as prost's.
         let mut truncated = encoded(1, 1);
         truncated.pop();
-        assert!(message(decode(&truncated.into(), &limits())).contains("cannot decode"));
-        assert!(
-            message(decode(&Bytes::from_static(&[0xff; 8]), &limits())).contains("cannot decode")
-        );
+        assert!(message(decode(&truncated, &limits())).contains("cannot decode"));
+        assert!(message(decode(&[0xff; 8], &limits())).contains("cannot decode"));
     }
 }

@@ -230,17 +230,14 @@ async fn read_message<M: Message + Default>(
         }
     }
     let _ = body.flow_control().release_capacity(unreleased);
-    let Some(length) = message_length(received.bytes())? else {
+    let bytes = received.bytes();
+    let Some(length) = message_length(bytes)? else {
         return Err(Status::invalid_argument("the request has no message"));
     };
-    let bytes = received.into_bytes();
-    if bytes.len() < 5 + length {
-        return Err(Status::invalid_argument(
-            "the request ends inside its message",
-        ));
-    }
-    // Decoded from `Bytes`, not a slice: what the message keeps of it is not copied.
-    M::decode(bytes.slice(5..5 + length))
+    let message = bytes
+        .get(5..5 + length)
+        .ok_or_else(|| Status::invalid_argument("the request ends inside its message"))?;
+    M::decode(message)
         .map_err(|error| Status::invalid_argument(format!("cannot decode the request: {error}")))
 }
 

@@ -44,16 +44,6 @@ impl Received {
             &self.joined
         }
     }
-
-    /// The bytes received, without a copy: a message decoded from them can keep parts of them
-    /// (`Bytes` fields, [`RequestBytes`](crate::service::rls::RequestBytes)) by reference count.
-    pub(super) fn into_bytes(self) -> Bytes {
-        if self.joined.is_empty() {
-            self.first
-        } else {
-            self.joined.freeze()
-        }
-    }
 }
 
 /// The length of the message whose 5-byte gRPC prefix starts `bytes`, once the prefix is in.
