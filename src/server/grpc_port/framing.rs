@@ -90,7 +90,7 @@ pub(super) fn send_message<M: Message>(
 /// Encodes `message` as one gRPC message: flag 0 for "uncompressed", the length in 4 bytes
 /// big-endian, the protobuf. Into a `Vec` of the exact size that the `Bytes` takes over: one
 /// allocation (a `BytesMut` split off into `Bytes` allocates its shared header too).
-pub fn encode_frame(message: &impl Message) -> Bytes {
+pub(super) fn encode_frame(message: &impl Message) -> Bytes {
     let length = message.encoded_len();
     let mut buf = Vec::with_capacity(5 + length);
     buf.put_u8(0);

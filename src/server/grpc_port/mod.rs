@@ -55,7 +55,6 @@ mod connection;
 mod framing;
 
 pub use connection::serve_connection;
-pub use framing::encode_frame;
 
 /// The largest request message, as tonic's default.
 const MAX_MESSAGE: usize = 4 << 20;
