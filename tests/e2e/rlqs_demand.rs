@@ -201,9 +201,13 @@ fn rlqs_two_envoys_share_one_limit_by_demand() {
         admits
     };
     let both = held_at(50);
-    // Each share rounds to whole tokens: one more than a third each at most (40 + 41 was seen).
+    // The two shares make the pool P = 80 between them, split by reported demand (20 s of
+    // sending under load reports 5.25 and 4.5 a second as readily as 5 and 5). A share moves
+    // only by more than an eighth and rounds to whole tokens, so what each holds may stay up to
+    // an eighth and a token above its share: at most P + P / 8 + 2 = 92 together (43 + 40 was
+    // seen with demands 5.25 and 4.5, shares 41.5 and 38.5).
     assert!(
-        both.len() == 2 && both.iter().all(|a| (25..=50).contains(a)) && both[0] + both[1] <= 82,
+        both.len() == 2 && both.iter().all(|a| (25..=50).contains(a)) && both[0] + both[1] <= 92,
         "both busy, each about a third (by their reported demands): {both:?}"
     );
     // A share moves only by more than an eighth: one may stop that close to it (B's report
