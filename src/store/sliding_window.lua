@@ -21,10 +21,12 @@
 -- if that is later. A counter written under a clock ahead of this one (an NTP step back, a
 -- failover to a node whose clock is behind) is so trimmed as of its newest hit, which no later
 -- than the moment it really happened, and records after it: the counter never goes back in
--- time, never errors, and frees nothing early. Waits are reported in this server's clock.
+-- time, never errors, and frees nothing early. Waits are reported in this server's clock. Outside
+-- a cluster the node keeps one clock for all its counters instead (see `clock` below).
 --
 -- ARGV[1]   the number of requests
--- ARGV[2]   '1' if each counter's provisional log follows its request's keys (cluster), else '0'
+-- ARGV[2]   '1' if each counter's provisional log follows its request's keys (cluster); '2' if
+--           the last key is the node's clock (standalone, Sentinel: see below); else '0'
 -- ARGV[3]   the call's deadline in this server's clock (microseconds of TIME), '0' for none: a
 --           call that starts later decides nothing and writes nothing (its caller has given up)
 -- then per request:
@@ -36,7 +38,8 @@
 --           and 4 (returned: up to `hits` of the newest hits taken back; never over limit)
 -- KEYS, per request: its n counter keys (one hash slot in a cluster), then, in a cluster, their n
 --   provisional logs: the hits of cross-slot requests, which the store takes back if another
---   slot denies the request (for a bucket counter a hash: bucket index -> provisional hits)
+--   slot denies the request (for a bucket counter a hash: bucket index -> provisional hits);
+--   with ARGV[2] '2', last of all the node's clock
 --
 -- Returns one string of 64-bit little-endian integers (`struct.pack`): parsing one bulk string
 -- costs the client a fraction of an array of small integers, and Redis no more. First the header:
@@ -76,6 +79,33 @@ if deadline > 0 and now > deadline then
   return struct.pack('<i8i8', now, 1)
 end
 local tracked = ARGV[2] == '1'
+
+-- The node's clock (one string key per prefix, outside a cluster): at least the "now" of every
+-- counter a call has recorded hits on. Nothing a call records is later than its counter's "now"
+-- (a hit's time, a bucket's start), so no counter holds a hit later than the clock, and the
+-- node's "now", `node_now`, TIME or the clock if that is later, is every counter's "now": no log
+-- looks for its newest hit, no bucket counter keeps its newest bucket ('n') up to date, for a GET
+-- and a SET a call. The clock is replicated with the counters, so after a failover to a node
+-- whose clock is behind (or a step back) the counters go on from the clock, as if time had
+-- stopped there. A call that records hits moves the clock to its latest "now" (`latest`); one
+-- that records none writes nothing. Where there is no clock (a cluster, whose calls are per slot;
+-- the first call, or an evicted or foreign key), each counter finds its own "now" as below.
+local clock = ARGV[2] == '2' and tonumber(ARGV[1]) > 0 and KEYS[#KEYS]
+local clock_was = nil
+if clock then
+  local before = redis.pcall('GET', clock)
+  if type(before) == 'table' then
+    clock = false
+  else
+    clock_was = tonumber(before)
+  end
+end
+local known = clock_was ~= nil
+local node_now = now
+if known then
+  node_now = math.max(now, clock_was)
+end
+local latest, recorded = node_now, false
 -- The reply's header, then each request's answer.
 local out = { now, 0 }
 
@@ -205,7 +235,7 @@ local function carry(key, log, is_log, window, width)
   if not is_log then
     local meta = redis.call('HMGET', key, 'w', 'n')
     from = tonumber(meta[1]) or 0
-    upto = math.max(now, (tonumber(meta[2]) or 0) * from)
+    upto = math.max(node_now, (tonumber(meta[2]) or 0) * from)
   end
   local events = {}
   if is_log or from > 0 then
@@ -297,7 +327,8 @@ end
 -- `floor(now / width) - span ..= floor(now / width)` count (the oldest overlaps the window). Besides
 -- the buckets, the hash keeps 't', the hits of the buckets it holds, 'o', the index of its
 -- oldest bucket (at or before it after a compensation), and 'n', the index of its newest (the
--- counter's clock, see above): a decision reads those three fields, and the buckets themselves
+-- counter's clock, see above; moved on only where the node has no clock, and never later than
+-- the newest): a decision reads those three fields, and the buckets themselves
 -- only as they leave the window or when it needs the oldest ones' hits. Every bucket is within
 -- `span` of 'o' (trimming runs before each record), so a range of buckets is at most `span + 1`
 -- fields. `at` below is the counter's "now".
@@ -371,7 +402,7 @@ end
 -- the newest bucket's start if that is later. Never before the oldest bucket either, so that the
 -- buckets of the window (`oldest ..= current`) are never an empty range.
 local function buckets_now(oldest, newest, width)
-  local at = now
+  local at = node_now
   if newest then
     at = math.max(at, newest * width)
   end
@@ -535,7 +566,7 @@ local function record_buckets(key, log, window, width, hits, part, at, newest)
   redis.call('HINCRBY', key, field, int(hits))
   if first then
     redis.call('HSET', key, 'o', field, 'n', field, 'w', int(width))
-  elseif newest ~= field then
+  elseif newest ~= field and not known then
     redis.call('HSET', key, 'n', field)
   end
   local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
@@ -618,7 +649,9 @@ end
 -- Pass one for a log counter `c`: trims what left the window, counts, decides (see the reply's
 -- fields); `pending` is the hits this request's earlier counters on the key are to record.
 local function decide_log(c, pending)
-  redis.call('ZREMRANGEBYSCORE', c.key, '-inf', int(c.at - c.window))
+  if not c.trimmed then
+    redis.call('ZREMRANGEBYSCORE', c.key, '-inf', int(c.at - c.window))
+  end
   local held = redis.call('ZCARD', c.key)
   local count = held + pending
   c.held, c.count = held, count
@@ -722,8 +755,17 @@ local function decide(rid, part, n, k0, a0)
     if form and form[c.key] ~= nil then
       c.width = form[c.key]
     end
-    if c.width == 0 then
+    -- With the node's clock known a log's trim, which fails on a hash, also tells its form.
+    if c.width == 0 and known then
+      c.at = node_now
+      local trim = redis.pcall('ZREMRANGEBYSCORE', c.key, '-inf', int(node_now - c.window))
+      c.trimmed = type(trim) ~= 'table'
+    end
+    if c.width == 0 and not c.trimmed then
       c.width, c.at = log_form(c.key, c.log, c.window)
+      if known and c.at then
+        c.at = node_now
+      end
     end
     if form then
       form[c.key] = c.width
@@ -738,6 +780,9 @@ local function decide(rid, part, n, k0, a0)
       end
     else
       decide_log(c, earlier)
+    end
+    if c.at > latest then
+      latest = c.at
     end
     if pending and not c.returned and (not c.over or c.charged) then
       pending[c.key] = earlier + c.hits
@@ -760,6 +805,7 @@ local function decide(rid, part, n, k0, a0)
     local records = c.hits > 0 and not c.returned and (c.charged or (allowed == 1 and not c.over))
     -- Charged hits are never taken back, so they stay out of the provisional logs.
     local provisional = part and not c.charged
+    recorded = recorded or records
     if c.returned and c.hits > 0 then
       c.count = c.count - take_back(c.key, c.log, c.width, c.hits)
     elseif records and c.width > 0 then
@@ -848,6 +894,9 @@ for _ = 1, tonumber(ARGV[1]) do
   else
     k = k + n
   end
+end
+if clock and recorded and (clock_was == nil or latest > clock_was) then
+  redis.call('SET', clock, int(latest))
 end
 -- Packed in slices: `unpack` passes its values on Lua's stack, which holds about 8000.
 local packed = {}

@@ -60,11 +60,28 @@ fn redis_key(c: &Counter) -> String {
     format!("{PREFIX}{}", c.key.as_str())
 }
 
-/// A log written 0.5 s ahead: a hit that had left its window there (1.2 s before its newest),
-/// one 0.6 s before it, and the newest. Trimmed as of the newest hit, the first is gone: the
-/// counter holds 2 of its 3 and takes one more, recorded after the newest.
+/// The node's clock key (see `CLOCK_KEY` in `store/redis/script.rs`): the latest "now" decided.
+const CLOCK: &str = "sgclock:clock";
+
+/// A log written 0.5 s ahead, with the node's clock as that clock left it (a failover to a node
+/// whose clock is behind: the clock key is replicated with the counters).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_log_written_under_a_clock_ahead() {
+    redis_log_ahead(true).await;
+}
+
+/// The same log without the node's clock (written before there was one, or evicted): each log
+/// still looks for its newest hit, and the clock then keeps the latest "now".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_log_written_under_a_clock_ahead_without_the_nodes_clock() {
+    redis_log_ahead(false).await;
+}
+
+/// A log written 0.5 s ahead: a hit that had left its window there (1.2 s before its newest),
+/// one 0.6 s before it, and the newest. Trimmed as of the newest hit, the first is gone: the
+/// counter holds 2 of its 3 and takes one more, recorded after the newest; the node's clock is
+/// then at least that hit's time, so the next call looks again.
+async fn redis_log_ahead(with_clock: bool) {
     let Some(server) = RedisServer::start() else {
         return;
     };
@@ -77,6 +94,9 @@ async fn redis_log_written_under_a_clock_ahead() {
     }
     server.cli(&["ZADD", &key, &ahead.to_string(), "newest"]);
     server.cli(&["PEXPIRE", &key, "1500"]);
+    if with_clock {
+        server.cli(&["SET", CLOCK, &ahead.to_string()]);
+    }
 
     let d = store
         .decide(std::slice::from_ref(&c))
@@ -101,6 +121,14 @@ async fn redis_log_written_under_a_clock_ahead() {
     );
     let pttl: u64 = server.cli(&["PTTL", &key]).parse().expect("PTTL");
     assert!(pttl > 1_200, "kept until its hits leave: PTTL {pttl}");
+    let clock: u64 = server
+        .cli(&["GET", CLOCK])
+        .parse()
+        .expect("the node's clock");
+    assert!(
+        clock >= score,
+        "the node's clock {clock} is not behind the hit recorded at {score}"
+    );
 
     let d = store
         .decide(std::slice::from_ref(&c))
@@ -115,20 +143,35 @@ async fn redis_log_written_under_a_clock_ahead() {
     );
 }
 
-/// A bucket hash written 0.5 s ahead, as the script leaves it (`t` the total, `o` the oldest
-/// bucket, `n` the newest): a bucket that had left the window there, one 10 buckets before the
-/// newest, and the newest. Trimmed as of the newest bucket, the first is gone.
+/// A bucket hash written 0.5 s ahead, as the script leaves it where the node has no clock (a
+/// cluster; `n` the newest bucket).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_buckets_written_under_a_clock_ahead() {
+    redis_buckets_ahead(false).await;
+}
+
+/// The same, as a node with a clock leaves it: `n` not moved on since an older bucket (the
+/// node's clock is every counter's "now" there), the clock at the newest hit's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_buckets_written_under_a_clock_ahead_with_the_nodes_clock() {
+    redis_buckets_ahead(true).await;
+}
+
+/// A bucket hash written 0.5 s ahead (`t` the total, `o` the oldest bucket, `n` a newest one): a
+/// bucket that had left the window there, one 10 buckets before the newest, and the newest.
+/// Trimmed as of the newest bucket, the first is gone.
+async fn redis_buckets_ahead(with_clock: bool) {
     let Some(server) = RedisServer::start() else {
         return;
     };
     let store = store(&server).await;
     let c = counter("buckets", 5, buckets(), 1);
     let key = redis_key(&c);
-    let newest = (redis_now(&server) + AHEAD) / G;
+    let ahead = redis_now(&server) + AHEAD;
+    let newest = ahead / G;
     let (gone, kept) = (newest - SPAN - 2, newest - 10);
     let field = |i: u64| i.to_string();
+    let n = if with_clock { kept } else { newest };
     server.cli(&[
         "HSET",
         &key,
@@ -143,8 +186,11 @@ async fn redis_buckets_written_under_a_clock_ahead() {
         "o",
         &field(gone),
         "n",
-        &field(newest),
+        &field(n),
     ]);
+    if with_clock {
+        server.cli(&["SET", CLOCK, &ahead.to_string()]);
+    }
     server.cli(&["PEXPIRE", &key, "1600"]);
 
     let d = store
@@ -164,7 +210,7 @@ async fn redis_buckets_written_under_a_clock_ahead() {
     );
     assert_eq!(server.cli(&["HGET", &key, "t"]), "4");
     assert_eq!(server.cli(&["HGET", &key, "o"]), field(kept));
-    assert_eq!(server.cli(&["HGET", &key, "n"]), field(newest));
+    assert_eq!(server.cli(&["HGET", &key, "n"]), field(n));
     let pttl: u64 = server.cli(&["PTTL", &key]).parse().expect("PTTL");
     assert!(
         pttl > 1_200,
@@ -252,4 +298,80 @@ fn memory_counters_written_under_a_clock_ahead() {
     clock.set(at(newest - AHEAD));
     let d = store.decide_now(std::slice::from_ref(&b));
     assert!(d.allowed && d.counters[0].count == 4, "{d:?}");
+}
+
+/// A key of another type where the node's clock goes (not written by slidegate) fails no
+/// decision and is left as it is: each log then looks for its newest hit itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clock_key_of_another_type_fails_nothing() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server).await;
+    server.cli(&["HSET", CLOCK, "f", "v"]);
+    let c = counter("foreign", 2, Precision::Exact, 1);
+    for expected in [true, true, false] {
+        let d = store
+            .decide(std::slice::from_ref(&c))
+            .await
+            .expect("decide");
+        assert_eq!(d.allowed, expected, "{d:?}");
+    }
+    assert_eq!(server.cli(&["HGET", CLOCK, "f"]), "v", "left as it was");
+}
+
+/// Decisions keep the node's clock at Redis's `TIME`: after a call it holds a time no earlier
+/// than the hits the call recorded, a later call moves it on, and one that records nothing (a
+/// check, a denial) writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_nodes_clock_follows_time() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server).await;
+    let c = counter("follows", 10, Precision::Exact, 1);
+    let key = redis_key(&c);
+    let before = redis_now(&server);
+    store
+        .decide(std::slice::from_ref(&c))
+        .await
+        .expect("decide");
+    let first: u64 = server
+        .cli(&["GET", CLOCK])
+        .parse()
+        .expect("the node's clock");
+    let recorded: Vec<String> = (server
+        .cli(&["ZRANGE", &key, "-1", "-1", "WITHSCORES"])
+        .lines())
+    .map(str::to_string)
+    .collect();
+    let score: u64 = recorded[1].parse().expect("a score");
+    assert!(
+        first >= before && first >= score,
+        "{first} {before} {score}"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+    store
+        .decide(std::slice::from_ref(&c))
+        .await
+        .expect("decide");
+    let second: u64 = server
+        .cli(&["GET", CLOCK])
+        .parse()
+        .expect("the node's clock");
+    assert!(second > first, "{second} after {first}");
+    server.cli(&["DEL", CLOCK]);
+    let check = counter("follows", 10, Precision::Exact, 0);
+    let over = counter("follows", 10, Precision::Exact, 11);
+    for c in [check, over] {
+        store
+            .decide(std::slice::from_ref(&c))
+            .await
+            .expect("decide");
+    }
+    assert_eq!(
+        server.cli(&["EXISTS", CLOCK]),
+        "0",
+        "written by no recording"
+    );
 }

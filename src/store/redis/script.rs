@@ -202,8 +202,14 @@ pub struct CallPart<'a> {
 /// window's digits, so no counter key ends in it; the hash tag, and so the slot, is the counter's.
 pub const PROVISIONAL_SUFFIX: &str = "p";
 
+/// The node's clock outside a cluster (after the prefix): the latest counter "now" a call has
+/// decided, which spares each exact log a read of its newest hit (see the script). Counter keys
+/// start with `{`, so none is named so.
+pub const CLOCK_KEY: &str = "clock";
+
 /// The `EVALSHA` call deciding `parts` in order (in a cluster, all on one slot, and `logs` set:
-/// each counter's provisional log is passed after its part's keys). `deadline` is in the server's
+/// each counter's provisional log is passed after its part's keys; otherwise the node's clock
+/// [`CLOCK_KEY`] is passed last). `deadline` is in the server's
 /// clock (microseconds of `TIME`, 0 for none; see the `deadline` module): a call that starts later
 /// decides nothing.
 ///
@@ -218,7 +224,7 @@ pub fn command(
     parts: &[CallPart<'_>],
 ) -> ::redis::Cmd {
     let counters: usize = parts.iter().map(|p| p.counters.len()).sum();
-    let keys = if logs { 2 * counters } else { counters };
+    let keys = if logs { 2 * counters } else { counters + 1 };
     let mut cmd = ::redis::Cmd::with_capacity(6 + keys + 3 * parts.len() + 5 * counters, 64 * keys);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     for part in parts {
@@ -231,8 +237,11 @@ pub fn command(
             }
         }
     }
+    if !logs {
+        cmd.arg(PrefixedKey(prefix, CLOCK_KEY, ""));
+    }
     cmd.arg(parts.len())
-        .arg(if logs { "1" } else { "0" })
+        .arg(if logs { "1" } else { "2" })
         .arg(deadline);
     for part in parts {
         cmd.arg(part.id)
