@@ -81,26 +81,30 @@ end
 local tracked = ARGV[2] == '1'
 
 -- The node's clock (one string key per prefix, outside a cluster): at least the "now" of every
--- counter a call has recorded hits on. Nothing a call records is later than its counter's "now"
--- (a hit's time, a bucket's start), so no counter holds a hit later than the clock, and the
--- node's "now", `node_now`, TIME or the clock if that is later, is every counter's "now": no log
--- looks for its newest hit, no bucket counter keeps its newest bucket ('n') up to date, for a GET
--- and a SET a call. The clock is replicated with the counters, so after a failover to a node
--- whose clock is behind (or a step back) the counters go on from the clock, as if time had
--- stopped there. A call that records hits moves the clock to its latest "now" (`latest`); one
--- that records none writes nothing. Where there is no clock (a cluster, whose calls are per slot;
--- the first call, or an evicted or foreign key), each counter finds its own "now" as below.
+-- counter a call has written hits to (recorded or carried). Nothing a call writes is later than
+-- its counter's "now" (a hit's time, a bucket's start), so no counter holds a hit later than the
+-- clock, and the node's "now", `node_now`, TIME or the clock if that is later, is every
+-- counter's "now": no log looks for its newest hit, for a GET and a SET a call. The clock is
+-- replicated with the counters, so after a failover to a node whose clock is behind (or a step
+-- back) the counters go on from the clock, as if time had stopped there: for at most
+-- `CLOCK_AHEAD_MOST`. A clock further ahead (a step back by more) is not used: each counter then
+-- finds its own "now" as below, as it does where there is no clock (a cluster, whose calls are
+-- per slot; the first call, an evicted key), and the clock stays until TIME has caught up with
+-- it. A call that writes hits moves the clock to its latest "now" (`latest`); one that writes
+-- none writes nothing. A key there that is not a number (not written here) is left as it is.
+-- Bucket counters keep their newest bucket ('n') all the same, so that they lose nothing where
+-- the clock is not used.
+local CLOCK_AHEAD_MOST = 1000000
 local clock = ARGV[2] == '2' and tonumber(ARGV[1]) > 0 and KEYS[#KEYS]
 local clock_was = nil
 if clock then
   local before = redis.pcall('GET', clock)
-  if type(before) == 'table' then
+  clock_was = tonumber(before)
+  if before ~= false and not clock_was then
     clock = false
-  else
-    clock_was = tonumber(before)
   end
 end
-local known = clock_was ~= nil
+local known = clock_was ~= nil and clock_was <= now + CLOCK_AHEAD_MOST
 local node_now = now
 if known then
   node_now = math.max(now, clock_was)
@@ -243,6 +247,7 @@ local function carry(key, log, is_log, window, width)
   end
   redis.call('DEL', key)
   carry_write(key, events, window, width, true)
+  recorded = true
   if log and redis.call('EXISTS', log) == 1 then
     local provisional = {}
     if is_log or from > 0 then
@@ -327,8 +332,7 @@ end
 -- `floor(now / width) - span ..= floor(now / width)` count (the oldest overlaps the window). Besides
 -- the buckets, the hash keeps 't', the hits of the buckets it holds, 'o', the index of its
 -- oldest bucket (at or before it after a compensation), and 'n', the index of its newest (the
--- counter's clock, see above; moved on only where the node has no clock, and never later than
--- the newest): a decision reads those three fields, and the buckets themselves
+-- counter's clock, see above): a decision reads those three fields, and the buckets themselves
 -- only as they leave the window or when it needs the oldest ones' hits. Every bucket is within
 -- `span` of 'o' (trimming runs before each record), so a range of buckets is at most `span + 1`
 -- fields. `at` below is the counter's "now".
@@ -432,7 +436,7 @@ local function buckets_trim(key, width, span, meta)
   local current = math.floor(at / width)
   local first = current - span
   if total <= 0 or oldest == nil then
-    return 0, nil, now
+    return 0, nil, node_now
   end
   if oldest >= first then
     return total, oldest, at
@@ -440,7 +444,7 @@ local function buckets_trim(key, width, span, meta)
   if oldest + span < first then
     -- Every bucket is within `span` of the oldest: all of them left.
     redis.call('DEL', key)
-    return 0, nil, now
+    return 0, nil, node_now
   end
   local stale = {}
   buckets_scan(key, oldest, first - 1, function(index, hits)
@@ -456,7 +460,7 @@ local function buckets_trim(key, width, span, meta)
   end
   if total <= 0 then
     redis.call('DEL', key)
-    return 0, nil, now
+    return 0, nil, node_now
   end
   oldest = current
   buckets_scan(key, first, current, function(index)
@@ -566,7 +570,7 @@ local function record_buckets(key, log, window, width, hits, part, at, newest)
   redis.call('HINCRBY', key, field, int(hits))
   if first then
     redis.call('HSET', key, 'o', field, 'n', field, 'w', int(width))
-  elseif newest ~= field and not known then
+  elseif newest ~= field then
     redis.call('HSET', key, 'n', field)
   end
   local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
@@ -895,8 +899,12 @@ for _ = 1, tonumber(ARGV[1]) do
     k = k + n
   end
 end
+-- Under `pcall`: the hits are written, and a refused SET (an ACL) must not fail their requests.
 if clock and recorded and (clock_was == nil or latest > clock_was) then
-  redis.call('SET', clock, int(latest))
+  local set = redis.pcall('SET', clock, int(latest))
+  if type(set) == 'table' and set.err then
+    redis.log(redis.LOG_WARNING, 'slidegate: the node\'s clock was not written: ' .. set.err)
+  end
 end
 -- Packed in slices: `unpack` passes its values on Lua's stack, which holds about 8000.
 local packed = {}

@@ -150,8 +150,8 @@ async fn redis_buckets_written_under_a_clock_ahead() {
     redis_buckets_ahead(false).await;
 }
 
-/// The same, as a node with a clock leaves it: `n` not moved on since an older bucket (the
-/// node's clock is every counter's "now" there), the clock at the newest hit's time.
+/// The same with the node's clock at the newest hit's time, and `n` behind the newest bucket: the
+/// node's clock, not `n`, is every counter's "now" there, and the record moves `n` on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_buckets_written_under_a_clock_ahead_with_the_nodes_clock() {
     redis_buckets_ahead(true).await;
@@ -210,7 +210,7 @@ async fn redis_buckets_ahead(with_clock: bool) {
     );
     assert_eq!(server.cli(&["HGET", &key, "t"]), "4");
     assert_eq!(server.cli(&["HGET", &key, "o"]), field(kept));
-    assert_eq!(server.cli(&["HGET", &key, "n"]), field(n));
+    assert_eq!(server.cli(&["HGET", &key, "n"]), field(newest));
     let pttl: u64 = server.cli(&["PTTL", &key]).parse().expect("PTTL");
     assert!(
         pttl > 1_200,
@@ -374,4 +374,64 @@ async fn redis_nodes_clock_follows_time() {
         "0",
         "written by no recording"
     );
+}
+
+/// A bucket counter found empty (new, or every bucket gone) while the node's clock is ahead of
+/// `TIME` records into the clock's bucket, not `TIME`'s: a bucket a window older than the clock
+/// would be trimmed by the next call, which would then admit again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_empty_buckets_behind_the_nodes_clock_still_limit() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server).await;
+    let window = Duration::from_millis(100);
+    let c = Counter {
+        key: CounterKey::new("clock", [("k", "empty")], window),
+        window,
+        precision: Precision::Buckets(Duration::from_millis(10)),
+        ..counter("empty", 1, buckets(), 1)
+    };
+    // Half a second ahead: five windows, within what the clock is trusted for.
+    server.cli(&["SET", CLOCK, &(redis_now(&server) + AHEAD).to_string()]);
+    let first = store
+        .decide(std::slice::from_ref(&c))
+        .await
+        .expect("decide");
+    assert!(first.allowed, "{first:?}");
+    let second = store
+        .decide(std::slice::from_ref(&c))
+        .await
+        .expect("decide");
+    assert!(!second.allowed, "the first hit still counts: {second:?}");
+}
+
+/// A clock key that cannot be the node's clock is not used and left as it is: text that is not a
+/// number, or a time more than a second ahead of `TIME` (a step back by more than that: each
+/// counter then finds its own "now", and the clock stays until `TIME` catches up with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clock_far_ahead_or_not_a_number_is_left_alone() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server).await;
+    let far = (redis_now(&server) + 60_000_000).to_string();
+    for (name, value) in [("text", "not a time"), ("far", far.as_str())] {
+        server.cli(&["SET", CLOCK, value]);
+        let c = counter(name, 1, Precision::Exact, 1);
+        let d = store
+            .decide(std::slice::from_ref(&c))
+            .await
+            .expect("decide");
+        assert!(d.allowed && d.counters[0].count == 1, "{name}: {d:?}");
+        // Decided as of TIME: the hit leaves a window from now, not a minute later.
+        let reset = d.counters[0].reset_after;
+        assert!(reset <= W, "{name}: {reset:?}");
+        let d = store
+            .decide(std::slice::from_ref(&c))
+            .await
+            .expect("decide");
+        assert!(!d.allowed, "{name}: {d:?}");
+        assert_eq!(server.cli(&["GET", CLOCK]), value, "{name}: left as it was");
+    }
 }

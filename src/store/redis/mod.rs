@@ -11,7 +11,9 @@
 //! exactly when its last hit leaves the window. The time is Redis's own `TIME`, read inside the
 //! script: replicas whose clocks disagree still share one timeline. A counter whose newest hit is
 //! later than `TIME` (Redis's clock stepped back, or a failover to a node whose clock is behind)
-//! is decided as of that hit, as the memory store does: trimmed as of it, recorded after it. One call decides, in order,
+//! is decided as of that hit, as the memory store does: trimmed as of it, recorded after it
+//! (outside a cluster, as of the node's clock, which is at least every counter's newest hit; see
+//! the script). One call decides, in order,
 //! the requests a worker has started together (up to 16; in a cluster, those of one slot; see
 //! `Lane`).
 //!
