@@ -748,6 +748,8 @@ local function decide(rid, part, n, k0, a0)
       -- A bucket counter's oldest bucket and its field 'n', as pass one read them.
       oldest = nil,
       newest = nil,
+      -- A log already trimmed as of the node's clock (it then skips its own trim).
+      trimmed = false,
     }
     counters[i] = c
     if tracked then

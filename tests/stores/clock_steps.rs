@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::support::RedisServer;
 use slidegate::store::{
-    Counter, CounterKey, ManualClock, MemoryStore, Precision, RedisOptions, RedisStore, Store,
+    Counter, CounterKey, Decision, ManualClock, MemoryStore, Precision, RedisOptions, RedisStore,
+    Store,
 };
 
 const PREFIX: &str = "sgclock:";
@@ -34,6 +35,11 @@ fn counter(name: &str, limit: u64, precision: Precision, hits: u64) -> Counter {
 
 fn buckets() -> Precision {
     Precision::Buckets(Duration::from_micros(G))
+}
+
+/// One request of the one counter `c`.
+async fn decide(store: &RedisStore, c: &Counter) -> Decision {
+    store.decide(std::slice::from_ref(c)).await.expect("decide")
 }
 
 async fn store(server: &RedisServer) -> RedisStore {
@@ -98,10 +104,7 @@ async fn redis_log_ahead(with_clock: bool) {
         server.cli(&["SET", CLOCK, &ahead.to_string()]);
     }
 
-    let d = store
-        .decide(std::slice::from_ref(&c))
-        .await
-        .expect("decide");
+    let d = decide(&store, &c).await;
     assert!(
         d.allowed,
         "the hit that left as of the newest is gone: {d:?}"
@@ -130,10 +133,7 @@ async fn redis_log_ahead(with_clock: bool) {
         "the node's clock {clock} is not behind the hit recorded at {score}"
     );
 
-    let d = store
-        .decide(std::slice::from_ref(&c))
-        .await
-        .expect("decide");
+    let d = decide(&store, &c).await;
     assert!(!d.allowed && d.counters[0].count == 3, "full: {d:?}");
     // The oldest held hit leaves 0.4 s after the newest's time, 0.9 s from now in this clock.
     let reset = d.counters[0].reset_after;
@@ -193,10 +193,7 @@ async fn redis_buckets_ahead(with_clock: bool) {
     }
     server.cli(&["PEXPIRE", &key, "1600"]);
 
-    let d = store
-        .decide(std::slice::from_ref(&c))
-        .await
-        .expect("decide");
+    let d = decide(&store, &c).await;
     assert!(
         d.allowed,
         "the bucket that left as of the newest is gone: {d:?}"
@@ -311,10 +308,7 @@ async fn redis_clock_key_of_another_type_fails_nothing() {
     server.cli(&["HSET", CLOCK, "f", "v"]);
     let c = counter("foreign", 2, Precision::Exact, 1);
     for expected in [true, true, false] {
-        let d = store
-            .decide(std::slice::from_ref(&c))
-            .await
-            .expect("decide");
+        let d = decide(&store, &c).await;
         assert_eq!(d.allowed, expected, "{d:?}");
     }
     assert_eq!(server.cli(&["HGET", CLOCK, "f"]), "v", "left as it was");
@@ -332,10 +326,7 @@ async fn redis_nodes_clock_follows_time() {
     let c = counter("follows", 10, Precision::Exact, 1);
     let key = redis_key(&c);
     let before = redis_now(&server);
-    store
-        .decide(std::slice::from_ref(&c))
-        .await
-        .expect("decide");
+    decide(&store, &c).await;
     let first: u64 = server
         .cli(&["GET", CLOCK])
         .parse()
@@ -351,10 +342,7 @@ async fn redis_nodes_clock_follows_time() {
         "{first} {before} {score}"
     );
     std::thread::sleep(Duration::from_millis(5));
-    store
-        .decide(std::slice::from_ref(&c))
-        .await
-        .expect("decide");
+    decide(&store, &c).await;
     let second: u64 = server
         .cli(&["GET", CLOCK])
         .parse()
@@ -364,10 +352,7 @@ async fn redis_nodes_clock_follows_time() {
     let check = counter("follows", 10, Precision::Exact, 0);
     let over = counter("follows", 10, Precision::Exact, 11);
     for c in [check, over] {
-        store
-            .decide(std::slice::from_ref(&c))
-            .await
-            .expect("decide");
+        decide(&store, &c).await;
     }
     assert_eq!(
         server.cli(&["EXISTS", CLOCK]),
@@ -394,15 +379,9 @@ async fn redis_empty_buckets_behind_the_nodes_clock_still_limit() {
     };
     // Half a second ahead: five windows, within what the clock is trusted for.
     server.cli(&["SET", CLOCK, &(redis_now(&server) + AHEAD).to_string()]);
-    let first = store
-        .decide(std::slice::from_ref(&c))
-        .await
-        .expect("decide");
+    let first = decide(&store, &c).await;
     assert!(first.allowed, "{first:?}");
-    let second = store
-        .decide(std::slice::from_ref(&c))
-        .await
-        .expect("decide");
+    let second = decide(&store, &c).await;
     assert!(!second.allowed, "the first hit still counts: {second:?}");
 }
 
@@ -419,18 +398,12 @@ async fn redis_clock_far_ahead_or_not_a_number_is_left_alone() {
     for (name, value) in [("text", "not a time"), ("far", far.as_str())] {
         server.cli(&["SET", CLOCK, value]);
         let c = counter(name, 1, Precision::Exact, 1);
-        let d = store
-            .decide(std::slice::from_ref(&c))
-            .await
-            .expect("decide");
+        let d = decide(&store, &c).await;
         assert!(d.allowed && d.counters[0].count == 1, "{name}: {d:?}");
         // Decided as of TIME: the hit leaves a window from now, not a minute later.
         let reset = d.counters[0].reset_after;
         assert!(reset <= W, "{name}: {reset:?}");
-        let d = store
-            .decide(std::slice::from_ref(&c))
-            .await
-            .expect("decide");
+        let d = decide(&store, &c).await;
         assert!(!d.allowed, "{name}: {d:?}");
         assert_eq!(server.cli(&["GET", CLOCK]), value, "{name}: left as it was");
     }

@@ -13,9 +13,8 @@
 //! later than `TIME` (Redis's clock stepped back, or a failover to a node whose clock is behind)
 //! is decided as of that hit, as the memory store does: trimmed as of it, recorded after it
 //! (outside a cluster, as of the node's clock, which is at least every counter's newest hit; see
-//! the script). One call decides, in order,
-//! the requests a worker has started together (up to 16; in a cluster, those of one slot; see
-//! `Lane`).
+//! the script). One call decides, in order, the requests a worker has started together (up to
+//! 16; in a cluster, those of one slot; see `Lane`).
 //!
 //! Memory on Redis 7.0, measured by the `redis_bytes_per_tracked_hit` test: about 32 bytes per
 //! tracked hit (`used_memory`; `MEMORY USAGE` says 26) while a key holds at most 128 hits (Redis
