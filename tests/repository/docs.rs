@@ -140,14 +140,18 @@ fn bench_binary() -> &'static Path {
         // Without what `cargo test` set for this test: ring's build script reruns when one of
         // them (CARGO_PKG_NAME, ...) differs from the build before, and ring and everything
         // above it would be compiled again here and once more by the next plain `cargo` run.
+        const SET_BY_CARGO_TEST: [&str; 7] = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+            "CARGO_TARGET_TMPDIR",
+            "OUT_DIR",
+        ];
         for (name, _) in std::env::vars_os() {
             let name = name.to_string_lossy();
-            if ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CRATE_", "CARGO_BIN_", "CARGO_PRIMARY_"]
-                .iter()
-                .any(|prefix| name.starts_with(prefix))
-                || name == "CARGO_TARGET_TMPDIR"
-                || name == "OUT_DIR"
-            {
+            if SET_BY_CARGO_TEST.iter().any(|set| name.starts_with(set)) {
                 cargo.env_remove(&*name);
             }
         }
