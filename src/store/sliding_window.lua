@@ -675,14 +675,14 @@ local function decide_log(c, pending)
   end
 end
 
--- Pass two for a log counter `c` that records its hits, numbered from `first` (per key across the
--- request, so that a counter named twice gets distinct members), also into its provisional log
--- if `provisional`.
-local function record_log(c, rid, first, provisional)
-  local final = first + c.hits - 1
+-- Pass two for a log counter: records `hits` at `at` (the counter's "now") in `key`, numbered
+-- from `first` (per key across the request, so that a counter named twice gets distinct members),
+-- also into the provisional log `log` if one is given.
+local function record_log(key, log, at, window, hits, rid, first)
+  local final = first + hits - 1
   local score = now_text
-  if c.at ~= now then
-    score = int(c.at)
+  if at ~= now then
+    score = int(at)
   end
   -- ZADD in chunks: Lua's unpack has a stack limit of a few thousand values.
   local h = first
@@ -697,19 +697,32 @@ local function record_log(c, rid, first, provisional)
         args[#args + 1] = rid .. ':' .. int(j)
       end
     end
-    redis.call('ZADD', c.key, unpack(args))
-    if provisional and c.log then
-      redis.call('ZADD', c.log, unpack(args))
+    redis.call('ZADD', key, unpack(args))
+    if log then
+      redis.call('ZADD', log, unpack(args))
     end
     h = last + 1
   end
   -- Until the hits leave: a window after the counter's "now", in this server's clock.
-  local ttl = int(math.ceil((c.at + c.window - now) / 1000))
-  redis.call('PEXPIRE', c.key, ttl)
-  if provisional and c.log then
-    redis.call('PEXPIRE', c.log, ttl)
+  local ttl = int(math.ceil((at + window - now) / 1000))
+  redis.call('PEXPIRE', key, ttl)
+  if log then
+    redis.call('PEXPIRE', log, ttl)
   end
-  c.count = c.count + c.hits
+end
+
+-- An allowed log counter's wait: until its oldest hit leaves the window. With none `held`
+-- before this request, the oldest is one it recorded, at the counter's "now" (no read needed).
+local function log_reset(key, held, count, at, window)
+  if count > 0 and held == 0 then
+    return math.max(at + window - now, 0)
+  elseif count > 0 then
+    local oldest = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+    if oldest[2] then
+      return math.max(tonumber(oldest[2]) + window - now, 0)
+    end
+  end
+  return 0
 end
 
 -- Decides one request whose keys start at KEYS[k0] and counters at ARGV[a0]; appends its answer.
@@ -821,7 +834,8 @@ local function decide(rid, part, n, k0, a0)
       c.count = math.min(c.count + added_hits, MAX_HELD)
     elseif records then
       local first = (added and added[c.key] or 0) + 1
-      record_log(c, rid, first, provisional)
+      record_log(c.key, provisional and c.log, c.at, c.window, c.hits, rid, first)
+      c.count = c.count + c.hits
       if added then
         added[c.key] = first + c.hits - 1
       end
@@ -845,17 +859,7 @@ local function decide(rid, part, n, k0, a0)
       if c.count >= c.limit and has_provisional(c.log, c.window, c.at) then
         c.reset1 = -2
       end
-      -- Until the oldest hit leaves the window: with none held before this request, the oldest
-      -- is one it recorded, at the counter's "now" (no read needed).
-      c.reset = 0
-      if c.count > 0 and c.held == 0 then
-        c.reset = math.max(c.at + c.window - now, 0)
-      elseif c.count > 0 then
-        local oldest = redis.call('ZRANGE', c.key, '0', '0', 'WITHSCORES')
-        if oldest[2] then
-          c.reset = math.max(tonumber(oldest[2]) + c.window - now, 0)
-        end
-      end
+      c.reset = log_reset(c.key, c.held, c.count, c.at, c.window)
     end
     local o = 0
     if c.over then
@@ -869,6 +873,49 @@ local function decide(rid, part, n, k0, a0)
   end
 end
 
+-- The most common request, decided without `decide`'s tables: one counter, an exact log, no flags
+-- (admitted hits, not shadow), no provisional log, with the node's clock known. The same answer
+-- and writes as `decide` (a fifth fewer instructions in Redis). Returns false, having written
+-- nothing, if the key is not a log: `decide` then finds its form and carries it.
+local function decide_log_alone(rid, key, base)
+  local window = tonumber(ARGV[base + 1])
+  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', int(node_now - window))) == 'table' then
+    return false
+  end
+  local limit, hits = tonumber(ARGV[base]), tonumber(ARGV[base + 2])
+  local held = redis.call('ZCARD', key)
+  local reset1 = -1
+  if held + 1 > limit then
+    reset1 = until_fits(key, held + 1 - limit, window)
+  end
+  local reset
+  if hits > limit then
+    reset = window
+  elseif held + hits > limit then
+    reset = until_fits(key, held + hits - limit, window)
+  end
+  if reset then
+    out[#out + 1] = 0
+    out[#out + 1] = 1
+    out[#out + 1] = held
+    out[#out + 1] = reset
+    out[#out + 1] = reset1
+    out[#out + 1] = -1
+    return true
+  end
+  if hits > 0 then
+    record_log(key, nil, node_now, window, hits, rid, 1)
+    recorded = true
+  end
+  out[#out + 1] = 1
+  out[#out + 1] = 0
+  out[#out + 1] = held + hits
+  out[#out + 1] = log_reset(key, held, held + hits, node_now, window)
+  out[#out + 1] = reset1
+  out[#out + 1] = -1
+  return true
+end
+
 -- Each request is decided under `pcall`: an error (a key of a type no decision writes, left by
 -- something else under the prefix) fails that request alone, answered `allowed` 2 and zeros, and
 -- the others of the call are decided as usual. For a key of another type its writes include no
@@ -880,7 +927,14 @@ local k = 1
 for _ = 1, tonumber(ARGV[1]) do
   local n = tonumber(ARGV[a + 2])
   local mark = #out
-  local ok, err = pcall(decide, ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
+  -- `decide` unless `decide_log_alone` took the request (true) or failed in it (an error).
+  local ok, err = true, false
+  if n == 1 and known and not tracked and ARGV[a + 6] == '0' and ARGV[a + 7] == '0' then
+    ok, err = pcall(decide_log_alone, ARGV[a], KEYS[k], a + 3)
+  end
+  if ok and not err then
+    ok, err = pcall(decide, ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
+  end
   if not ok then
     for j = #out, mark + 1, -1 do
       out[j] = nil
