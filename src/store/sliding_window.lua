@@ -916,6 +916,41 @@ local function decide_log_alone(rid, key, base)
   return true
 end
 
+-- The same for one bucket counter (the node's clock known or not: buckets find their "now" from
+-- their own fields either way). `decide_buckets` carries a key in another form itself.
+local function decide_buckets_alone(key, base)
+  local limit, window = tonumber(ARGV[base]), tonumber(ARGV[base + 1])
+  local hits, width = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 4])
+  local held, count, over, reset, reset1, oldest, at, newest = decide_buckets(key, nil, limit,
+    window, width, hits, 0)
+  if at > latest then
+    latest = at
+  end
+  local bucket = -1
+  if over then
+    count = held
+  else
+    if hits > 0 then
+      local added
+      bucket, added = record_buckets(key, nil, window, width, hits, false, at, newest)
+      count = math.min(count + added, MAX_HELD)
+      recorded = true
+    end
+    reset = 0
+    if count > 0 then
+      reset = buckets_until_fits(key, oldest or math.floor(at / width), 1, width, window / width,
+        window, at)
+    end
+  end
+  out[#out + 1] = over and 0 or 1
+  out[#out + 1] = over and 1 or 0
+  out[#out + 1] = count
+  out[#out + 1] = reset
+  out[#out + 1] = reset1
+  out[#out + 1] = bucket
+  return true
+end
+
 -- Each request is decided under `pcall`: an error (a key of a type no decision writes, left by
 -- something else under the prefix) fails that request alone, answered `allowed` 2 and zeros, and
 -- the others of the call are decided as usual. For a key of another type its writes include no
@@ -929,8 +964,12 @@ for _ = 1, tonumber(ARGV[1]) do
   local mark = #out
   -- `decide` unless `decide_log_alone` took the request (true) or failed in it (an error).
   local ok, err = true, false
-  if n == 1 and known and not tracked and ARGV[a + 6] == '0' and ARGV[a + 7] == '0' then
-    ok, err = pcall(decide_log_alone, ARGV[a], KEYS[k], a + 3)
+  if n == 1 and not tracked and ARGV[a + 6] == '0' then
+    if ARGV[a + 7] ~= '0' then
+      ok, err = pcall(decide_buckets_alone, KEYS[k], a + 3)
+    elseif known then
+      ok, err = pcall(decide_log_alone, ARGV[a], KEYS[k], a + 3)
+    end
   end
   if ok and not err then
     ok, err = pcall(decide, ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
