@@ -1,7 +1,7 @@
 -- slidegate: takes back the hits of a denied cross-slot request from one bucket counter (cluster).
 --
 -- KEYS[1]  the counter's hash (bucket index -> hits, 't' -> their sum, 'w' -> the bucket width;
---          see sliding_window.lua)
+--          see sliding_window/)
 -- KEYS[2]  its provisional hash (bucket index -> provisional hits)
 -- ARGV[1]  the bucket the script recorded the request's hits in (it reported the index)
 -- ARGV[2]  the request's hits on this counter
@@ -37,7 +37,7 @@ if meta.err or (meta[1] and tonumber(meta[1]) ~= width) then
   return 0
 end
 -- No more than the provisional count still holds: a refund that came first took its hits as the
--- provisional ones (sliding_window.lua's `take_back`), and they must not be taken twice.
+-- provisional ones (the sliding-window script's `take_back`), and they must not be taken twice.
 local provisional = 0
 if redis.pcall('TYPE', KEYS[2]).ok == 'hash' then
   provisional = take(KEYS[2])

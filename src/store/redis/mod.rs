@@ -5,7 +5,7 @@
 //! A counter is a sorted set under `prefix + CounterKey` (`slidegate:{api:user=alice}60000`):
 //! score = time of a hit in microseconds, member = a unique hit id (see [`script::RequestIds`]:
 //! a random per-store instance id plus a sequence number, base 62, about 12 bytes; hit `n > 1` of
-//! a request appends `:n`). One `EVALSHA` of `sliding_window.lua` does, for all counters of a
+//! a request appends `:n`). One `EVALSHA` of the script in `sliding_window/` does, for all counters of a
 //! request: `ZREMRANGEBYSCORE` what left the window, `ZCARD`, decide; then, only if no enforced
 //! counter is over, `ZADD` the hits and `PEXPIRE` each key to its window, so an idle key disappears
 //! exactly when its last hit leaves the window. The time is Redis's own `TIME`, read inside the

@@ -6,10 +6,18 @@ use std::time::Duration;
 
 use crate::store::{Counter, CounterResult, HitKind, MAX_WINDOW, StoreError};
 
-/// The script's source: its first line is the `#!lua` header (Redis 7.0 or later).
-const SOURCE: &str = include_str!("../sliding_window.lua");
+/// The script's source, the files of `sliding_window/` in order (one concept each: the reply and
+/// the node's clock, carrying a counter between forms, logs, buckets, deciding a request): its
+/// first line is the `#!lua` header (Redis 7.0 or later).
+const SOURCE: &str = concat!(
+    include_str!("../sliding_window/1_clock.lua"),
+    include_str!("../sliding_window/2_carry.lua"),
+    include_str!("../sliding_window/3_log.lua"),
+    include_str!("../sliding_window/4_buckets.lua"),
+    include_str!("../sliding_window/5_decide.lua"),
+);
 
-/// The script (see `sliding_window.lua` for the algorithm), with its `#!lua` header: Redis 7 then
+/// The script (see `sliding_window/` for the algorithm), with its `#!lua` header: Redis 7 then
 /// checks `maxmemory` before the script runs and refuses the whole call at the limit. redis-rs
 /// sends it by SHA (`EVALSHA`) and loads it on `NOSCRIPT`, so a restarted or new Redis node needs
 /// no preparation.
