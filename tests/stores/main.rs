@@ -9,6 +9,7 @@ mod restartable_redis;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod alone_alike;
 mod auth;
 mod bucket_cost;
 mod carry;
