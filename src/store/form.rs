@@ -22,7 +22,8 @@ use super::{Counter, HitKind, MAX_HITS, Precision};
 use crate::Scratch;
 
 /// The most hits a log records at once, and the most a counter kept in buckets may hold to be
-/// carried back into a log (`--max-hits`' default; `LOG_CARRY_MAX` in `sliding_window/2_carry.lua`).
+/// carried back into a log (`--max-hits`' default; `LOG_CARRY_MAX` in
+/// `sliding_window/2_carry.lua`).
 pub const LOG_RECORD_MAX: u64 = 4096;
 
 impl Precision {

@@ -108,8 +108,8 @@ pub enum Precision {
 
 impl Precision {
     /// Most buckets per window: a decision reads at most about this many fields of a counter (a
-    /// Redis hash of up to this many buckets; usually a few, see `sliding_window/4_buckets.lua`), so the
-    /// bound keeps a request's cost and a counter's memory small. Redis
+    /// Redis hash of up to this many buckets; usually a few, see `sliding_window/4_buckets.lua`),
+    /// so the bound keeps a request's cost and a counter's memory small. Redis
     /// keeps up to 128 fields as a compact listpack (about 11 bytes per bucket), more as a hash
     /// table of about 64 bytes per bucket: 64 KB for 1000.
     pub const MAX_BUCKETS: u64 = 1000;

@@ -5,7 +5,8 @@
 //! (frozen, swapping, busy with a slow command) runs it when it resumes. Without a deadline its
 //! hits would count although the caller was answered by the failure mode. So every call carries
 //! the moment its earliest caller gives up, translated into the server's clock, and the script
-//! compares it with `TIME` before it reads or writes anything (`sliding_window/1_clock.lua`, `ARGV[3]`).
+//! compares it with `TIME` before it reads or writes anything (`ARGV[3]` in
+//! `sliding_window/1_clock.lua`).
 //!
 //! # The estimate
 //! Every reply carries the server's `TIME` at the moment the script ran (`T`, microseconds). That

@@ -230,29 +230,23 @@ local function decide_log_alone(rid, key, base)
   if held + 1 > limit then
     reset1 = until_fits(key, held + 1 - limit, window)
   end
-  local reset
+  local over, count, reset = true, held, nil
   if hits > limit then
     reset = window
   elseif held + hits > limit then
     reset = until_fits(key, held + hits - limit, window)
+  else
+    over, count = false, held + hits
+    if hits > 0 then
+      record_log(key, nil, node_now, window, hits, rid, 1)
+      recorded = true
+    end
+    reset = log_reset(key, held, count, node_now, window)
   end
-  if reset then
-    out[#out + 1] = 0
-    out[#out + 1] = 1
-    out[#out + 1] = held
-    out[#out + 1] = reset
-    out[#out + 1] = reset1
-    out[#out + 1] = -1
-    return true
-  end
-  if hits > 0 then
-    record_log(key, nil, node_now, window, hits, rid, 1)
-    recorded = true
-  end
-  out[#out + 1] = 1
-  out[#out + 1] = 0
-  out[#out + 1] = held + hits
-  out[#out + 1] = log_reset(key, held, held + hits, node_now, window)
+  out[#out + 1] = over and 0 or 1
+  out[#out + 1] = over and 1 or 0
+  out[#out + 1] = count
+  out[#out + 1] = reset
   out[#out + 1] = reset1
   out[#out + 1] = -1
   return true
@@ -304,7 +298,8 @@ local k = 1
 for _ = 1, tonumber(ARGV[1]) do
   local n = tonumber(ARGV[a + 2])
   local mark = #out
-  -- `decide` unless `decide_log_alone` took the request (true) or failed in it (an error).
+  -- `decide` unless a one-counter path took the request (true) or failed in it (an error); the
+  -- log's hands a key in another form over (false).
   local ok, err = true, false
   if n == 1 and not tracked and ARGV[a + 6] == '0' then
     if ARGV[a + 7] ~= '0' then
