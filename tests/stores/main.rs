@@ -15,6 +15,7 @@ mod bucket_cost;
 mod carry;
 mod charges;
 mod clock_steps;
+mod cluster_node;
 mod concurrency;
 mod connections;
 mod deny_cache;

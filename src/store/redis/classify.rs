@@ -28,6 +28,12 @@ impl Shared {
             StoreError::Dns(format!("{}: {text}", self.endpoint))
         } else if connection_lost(&e) {
             StoreError::Connection(format!("{}: {text}", self.endpoint))
+        } else if !self.cluster && cluster_node(&e) {
+            StoreError::Incompatible(format!(
+                "{}: {text}: this is a node of a Redis Cluster, whose slots a standalone \
+                 connection cannot follow: name the cluster's nodes with --redis-cluster",
+                self.endpoint
+            ))
         } else if cannot_run_script(&e) {
             StoreError::Incompatible(format!("{}: {text}", self.endpoint))
         } else {
@@ -54,6 +60,25 @@ fn cannot_run_script(e: &RedisError) -> bool {
     ]
     .iter()
     .any(|needle| text.contains(needle))
+}
+
+/// Whether `e` is an answer only a Redis Cluster node gives: a key of another node's slot
+/// (`MOVED`, `ASK`), keys of several slots in one call (`CROSSSLOT`: a standalone call names the
+/// node's clock beside its counters), or the cluster's own state (`CLUSTERDOWN`, `TRYAGAIN`).
+/// On a standalone or Sentinel connection it means the URL names a cluster node, and no call
+/// will be decided until the store is configured as a cluster.
+fn cluster_node(e: &RedisError) -> bool {
+    use ::redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::CrossSlot
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::TryAgain
+        )
+    )
 }
 
 /// Whether `e` is Redis refusing the credentials: a wrong password or user (`WRONGPASS`, or an

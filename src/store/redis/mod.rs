@@ -189,6 +189,9 @@ struct Shared {
     late_waiters: AtomicUsize,
     /// Which script this store's servers run (with or without the Redis 7 header).
     dialect: script::Dialect,
+    /// A cluster store: cluster answers (`MOVED`, `CROSSSLOT`...) are its client's to follow; on
+    /// any other they mean a cluster node named as a standalone server (the `classify` module).
+    cluster: bool,
 }
 
 enum Conn {
@@ -340,6 +343,7 @@ impl RedisStore {
                 metrics: opts.metrics.clone(),
                 late_waiters: AtomicUsize::new(0),
                 dialect: script::Dialect::default(),
+                cluster,
             }),
         }
     }
@@ -571,7 +575,7 @@ impl Shared {
     /// The health probe: the script itself, deciding nothing (see [`script::probe`]), so that a
     /// server that answers `PING` but cannot run the script is not taken for a healthy one.
     async fn ping<C: LaneConn>(&self, conn: &C) -> Result<(), StoreError> {
-        let probe = script::probe(self.dialect.script());
+        let probe = script::probe(self.dialect.script(), &self.prefix, self.cluster);
         let result = script::run(&mut conn.clone(), &self.dialect, &probe)
             .await
             .map_err(|e| self.error(e));

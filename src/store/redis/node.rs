@@ -163,7 +163,8 @@ impl NodeHealth {
             error,
             "Redis answers but cannot run the rate-limit script: every call fails by the failure \
              mode and health is NOT_SERVING until the server is fixed (Redis 6.0 or later, \
-             EVALSHA and SCRIPT allowed; see docs/operations.md)"
+             EVALSHA and SCRIPT allowed, not a cluster node named as a standalone server; see \
+             docs/operations.md)"
         );
     }
 

@@ -41,8 +41,8 @@ pub static HEADERLESS: LazyLock<::redis::Script> = LazyLock::new(|| {
 ///   such a write that changes nothing (on a missing key, on a sorted set; a hash answers
 ///   `WRONGTYPE`, ignored): at the limit Redis refuses it, and the script answers Redis 7's `OOM`
 ///   error before it has written anything; otherwise Redis counts the script as having written,
-///   as Redis 7 does once its up-front check passed. A call without keys (the health probe) writes
-///   nothing and is not checked.
+///   as Redis 7 does once its up-front check passed. The health probe is checked as well (its
+///   keys hold nothing), and health takes the `OOM` answer for an answer, as on Redis 7.
 const HEADERLESS_FIRST_LINE: &str = "redis.replicate_commands() if #KEYS > 0 then local oom = \
     redis.pcall('ZADD', KEYS[1], 'XX', 0, '') if type(oom) == 'table' and oom.err and \
     string.find(oom.err, 'OOM', 1, true) then return redis.error_reply(\"OOM command not allowed \
@@ -314,14 +314,23 @@ fn with_script(cmd: &::redis::Cmd, script: &::redis::Script) -> ::redis::Cmd {
 /// The health probe: the script deciding no request. It answers only its header (the server's
 /// `TIME`), so a server that answers it can run every call; one that cannot (an old version,
 /// `EVALSHA` renamed away or forbidden by an ACL, a Lua error) fails it as the calls would.
-pub fn probe(script: &::redis::Script) -> ::redis::Cmd {
-    ::redis::cmd("EVALSHA")
-        .arg(script.get_hash())
-        .arg(0)
-        .arg(0)
-        .arg("0")
-        .arg(0)
-        .clone()
+///
+/// Outside a cluster it names two keys of different hash slots, which the script leaves alone: a
+/// cluster node answers `CROSSSLOT`, as it would every call (each names the node's clock beside
+/// its counters), so a cluster node given as `--redis-url` is found before the first request.
+/// A cluster's probe names none: its client would refuse the keys itself.
+pub fn probe(script: &::redis::Script, prefix: &str, cluster: bool) -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash());
+    if cluster {
+        cmd.arg(0);
+    } else {
+        cmd.arg(2)
+            .arg(PrefixedKey(prefix, "probe", "{0}"))
+            .arg(PrefixedKey(prefix, "probe", "{1}"));
+    }
+    cmd.arg(0).arg("0").arg(0);
+    cmd
 }
 
 /// A Redis key written as prefix, counter key and suffix into one argument.
