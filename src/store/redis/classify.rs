@@ -34,6 +34,12 @@ impl Shared {
                  connection cannot follow: name the cluster's nodes with --redis-cluster",
                 self.endpoint
             ))
+        } else if self.cluster && text.contains("cluster support disabled") {
+            StoreError::Incompatible(format!(
+                "{}: {text}: this Redis is not a node of a Redis Cluster: name a standalone \
+                 server with --redis-url",
+                self.endpoint
+            ))
         } else if cannot_run_script(&e) {
             StoreError::Incompatible(format!("{}: {text}", self.endpoint))
         } else {

@@ -190,7 +190,8 @@ struct Shared {
     /// Which script this store's servers run (with or without the Redis 7 header).
     dialect: script::Dialect,
     /// A cluster store: cluster answers (`MOVED`, `CROSSSLOT`...) are its client's to follow; on
-    /// any other they mean a cluster node named as a standalone server (the `classify` module).
+    /// any other they mean a cluster node named as a standalone server, as "cluster support
+    /// disabled" on a cluster store means the reverse (the `classify` module).
     cluster: bool,
 }
 

@@ -1,15 +1,18 @@
-//! A node of a Redis Cluster named as a standalone server (`--redis-url`), the real `slidegate`
-//! binary against a real 3-node cluster.
+//! Redis named in the wrong mode, the real `slidegate` binary against real servers: a node of a
+//! 3-node Redis Cluster named as a standalone server (`--redis-url`), and a standalone server
+//! named as a cluster (`--redis-cluster`).
 //!
-//! Every call to such a node fails: it names the node's clock beside its counters, two hash
-//! slots, which a cluster node refuses (`CROSSSLOT`), and a counter of another node's slot is
-//! answered `MOVED`. Before the store knew this, health said SERVING and every request was
-//! answered by the failure mode (Envoy's default lets them all through), with nothing but a
-//! warning per call saying why.
+//! Every call to a cluster node named as a standalone server fails: it names the node's clock
+//! beside its counters, two hash slots, which a cluster node refuses (`CROSSSLOT`), and a counter
+//! of another node's slot is answered `MOVED`. A cluster client cannot start on a standalone
+//! server ("cluster support disabled"). Before the store knew either, the first went on SERVING
+//! and the second counted as an outage, SERVING with `--health-ignores-store-outage` and under
+//! envoyproxy/ratelimit's environment; every request was answered by the failure mode (Envoy's
+//! default lets them all through), with only a warning saying why.
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::support::{RedisCluster, Slidegate, descriptor, metric_value};
+use crate::support::{RedisCluster, RedisServer, Slidegate, descriptor, metric_value};
 
 const RULES: &str = r#"
 domain: node
@@ -87,6 +90,50 @@ async fn a_cluster_node_named_as_a_standalone_redis_is_not_serving_and_says_why(
 
     let nodes = cluster.urls().join(",");
     let server = Slidegate::start(rules.path(), &["--redis-cluster", &nodes]);
+    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
+    let codes = [
+        call(&server, "a").await.expect("decided"),
+        call(&server, "a").await.expect("decided"),
+        call(&server, "a").await.expect("decided"),
+    ];
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
+/// A standalone Redis named by `--redis-cluster` (with `--health-ignores-store-outage`), then by
+/// `--redis-url`.
+///
+/// Proves: NOT_SERVING from the start although outages are ignored (this one does not pass by
+/// itself), a call fails (UNAVAILABLE), and the log has an `ERROR` that names `--redis-url`.
+/// Named by `--redis-url`, the same server decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_redis_named_as_a_cluster_is_not_serving_and_says_why() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let rules = tempfile::tempdir().expect("tempdir");
+    std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
+
+    let server = Slidegate::start(
+        rules.path(),
+        &[
+            "--redis-cluster",
+            &redis.url(),
+            "--health-ignores-store-outage",
+        ],
+    );
+    assert_eq!(server.get("/healthcheck").0, 503, "{}", server.log());
+    let status = call(&server, "a").await.expect_err("decided");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let log = server.log();
+    assert!(
+        log.lines().any(|l| l.contains("ERROR")
+            && l.contains("not a node of a Redis Cluster")
+            && l.contains("--redis-url")),
+        "an error naming --redis-url:\n{log}"
+    );
+    drop(server);
+
+    let server = Slidegate::start(rules.path(), &["--redis-url", &redis.url()]);
     assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
     let codes = [
         call(&server, "a").await.expect("decided"),
