@@ -1,15 +1,15 @@
 //! Who may connect under mutual TLS, through the real binary: the client SAN allow-list matches
 //! each entry against SANs of its own type only (URI, DNS name with TLS's wildcards, IP
 //! address), a bad entry stops the start with the entry named, and a client CA taken out of the
-//! bundle closes the connections verified under it, long-lived streams included; one added
-//! closes none.
+//! bundle closes the connections verified under it, long-lived streams and the HTTP port's
+//! keep-alive connections included; one added closes none.
 
 use std::time::Duration;
 
 use rcgen::SanType;
 use rcgen::string::Ia5String;
 
-use crate::support::{Ca, slidegate_command, wait_until};
+use crate::support::{Ca, Pair, slidegate_command, tls_client_config, wait_until};
 use crate::tls::{
     ALLOWED, SecretVolume, call, call_as, channel, metrics, path_str, pem_files, rules,
 };
@@ -186,5 +186,126 @@ async fn a_client_ca_taken_out_closes_connections_verified_under_it() {
         slidegate.log().contains("a client CA was taken out"),
         "{}",
         slidegate.log()
+    );
+}
+
+/// An HTTPS connection to the HTTP port that stays open between requests (HTTP/1.1 keep-alive),
+/// as `client` of a server under `server_ca`.
+struct KeepAlive(rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>);
+
+impl KeepAlive {
+    fn open(port: u16, server_ca: &str, client: &Pair) -> KeepAlive {
+        let config = tls_client_config(server_ca, client, b"http/1.1");
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let connection = rustls::ClientConnection::new(config, name).expect("client");
+        let socket = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        KeepAlive(rustls::StreamOwned::new(connection, socket))
+    }
+
+    /// `GET /healthcheck` on the connection: the status, or `None` when the connection is gone.
+    fn healthcheck(&mut self) -> Option<u16> {
+        use std::io::{Read, Write};
+        let request = "GET /healthcheck HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        self.0.write_all(request.as_bytes()).ok()?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match self.0.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => return None,
+            }
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        self.0.read_exact(&mut body).ok()?;
+        head.split(' ').nth(1).and_then(|code| code.parse().ok())
+    }
+
+    /// Whether the server closes the connection within `within`, without a request on it.
+    fn closed_by_server(&mut self, within: Duration) -> bool {
+        use std::io::Read;
+        self.0.sock.set_read_timeout(Some(within)).expect("timeout");
+        let mut byte = [0u8; 1];
+        // End of stream, or an error for a close without close_notify; a timeout is neither.
+        !matches!(self.0.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+            || e.kind() == std::io::ErrorKind::TimedOut)
+    }
+}
+
+/// The HTTP port's side of [`a_client_ca_taken_out_closes_connections_verified_under_it`]: an
+/// HTTPS keep-alive connection (HTTP/1.1) verified under a client CA.
+///
+/// Proves: a CA added leaves the connection serving; the CA taken out closes it within 5 s (the
+/// server ends it, no request needed; without the close, only the body timeout would, here 60 s),
+/// and a new connection under the removed CA gets no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_taken_out_closes_http_keep_alive_connections_verified_under_it() {
+    let old_ca = Ca::new("old client CA");
+    let new_ca = Ca::new("new client CA");
+    let server = old_ca.server();
+    let mut volume = SecretVolume::new(&server, &old_ca.pem);
+    let rules = rules();
+    // Idle keep-alive connections are otherwise closed by the body timeout: far away here.
+    let slidegate = volume.serve(
+        rules.path(),
+        &[
+            "--drain-timeout",
+            "1s",
+            "--body-timeout",
+            "60s",
+            "--handshake-timeout",
+            "60s",
+        ],
+    );
+    let port = slidegate.http_port;
+    let old_client = old_ca.client(ALLOWED);
+    let mut open = KeepAlive::open(port, &old_ca.pem, &old_client);
+    assert_eq!(open.healthcheck(), Some(200), "{}", slidegate.log());
+
+    // A CA added: the connection keeps serving.
+    volume.swap(&server, &format!("{}{}", old_ca.pem, new_ca.pem));
+    let new_client = new_ca.client(ALLOWED);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            KeepAlive::open(port, &old_ca.pem, &new_client).healthcheck() == Some(200)
+        }),
+        "the added CA is not trusted:\n{}",
+        slidegate.log()
+    );
+    assert_eq!(
+        open.healthcheck(),
+        Some(200),
+        "a CA added closed the connection"
+    );
+
+    // The old CA taken out: the server closes the idle connection by itself.
+    volume.swap(&server, &new_ca.pem);
+    let started = std::time::Instant::now();
+    assert!(
+        open.closed_by_server(Duration::from_secs(5)),
+        "a keep-alive connection verified under the removed CA is still open:\n{}",
+        slidegate.log()
+    );
+    eprintln!(
+        "the connection closed {:?} after the swap",
+        started.elapsed()
+    );
+    assert_eq!(
+        KeepAlive::open(port, &old_ca.pem, &old_client).healthcheck(),
+        None,
+        "a client of the removed CA still gets answers"
+    );
+    assert_eq!(
+        KeepAlive::open(port, &old_ca.pem, &new_client).healthcheck(),
+        Some(200),
+        "a client of the new CA"
     );
 }
