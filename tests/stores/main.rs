@@ -27,6 +27,7 @@ mod faults_reload;
 mod faults_sigterm;
 mod guarantee;
 mod interleavings;
+mod least_privilege;
 mod memory_per_hit;
 mod precision;
 mod redis_health;

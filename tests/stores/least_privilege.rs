@@ -1,0 +1,161 @@
+//! slidegate under the least-privileged Redis user that docs/operations.md gives (*A Redis user
+//! for slidegate*), through the binary against a real redis-server: its key prefix only, and only
+//! the commands it sends, the script's own included (Redis checks a script's commands against the
+//! caller's ACL as well). A command slidegate starts to need, or a key outside its prefix, shows
+//! in `ACL LOG` and fails this test, and the documented list with it.
+
+use std::time::Duration;
+
+use crate::support::{RedisServer, Slidegate, wait_until};
+
+/// The user's rules after `on >password resetchannels`, as docs/operations.md prints them.
+const ACL: &[&str] = &[
+    "~slidegate:*",
+    "-@all",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+hello",
+    "+ping",
+    "+role",
+    "+config|get",
+    "+time",
+    "+get",
+    "+set",
+    "+incr",
+    "+del",
+    "+exists",
+    "+type",
+    "+pexpire",
+    "+zadd",
+    "+zcard",
+    "+zrange",
+    "+zrevrangebyscore",
+    "+zremrangebyscore",
+    "+zrem",
+    "+zpopmax",
+    "+hget",
+    "+hmget",
+    "+hset",
+    "+hdel",
+    "+hgetall",
+    "+hincrby",
+    "+hlen",
+];
+
+const RULES: &str = r#"
+domain: acl
+descriptors:
+  - key: exact
+    rate_limit: { unit: minute, requests_per_unit: 2, precision: exact }
+  - key: buckets
+    rate_limit: { unit: minute, requests_per_unit: 2, precision: 6s }
+"#;
+
+const TOKEN: &str = "operator-token";
+
+/// `POST /json` for the given descriptors (`key=value` each): the overall code.
+async fn code(server: &Slidegate, descriptors: &[(&str, &str)]) -> String {
+    let descriptors: Vec<String> = descriptors
+        .iter()
+        .map(|(k, v)| format!(r#"{{"entries":[{{"key":"{k}","value":"{v}"}}]}}"#))
+        .collect();
+    let body = format!(
+        r#"{{"domain":"acl","descriptors":[{}]}}"#,
+        descriptors.join(",")
+    );
+    let answer = server.post_json(&body).await;
+    answer["overallCode"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A Redis user with only [`ACL`], and slidegate on it: decisions on an exact log and on buckets
+/// (each alone and both in one request), the deny cache's reset poll, the health probe, `/limited`
+/// (this replica's note on the shared board) and `DELETE /counters`, for a few seconds.
+///
+/// Proves: every decision is right and health is SERVING, and Redis refused nothing (`ACL LOG`
+/// empty): the documented user is enough. A user without one of the script's commands (`ZADD`)
+/// is refused, logged, and not serving, so the check can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slidegate_needs_no_more_than_the_documented_redis_user() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut user = vec![
+        "ACL",
+        "SETUSER",
+        "slidegate",
+        "on",
+        ">secret",
+        "resetchannels",
+    ];
+    user.extend(ACL);
+    assert_eq!(redis.cli(&user), "OK");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("rules.yaml"), RULES).expect("write rules");
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("write token");
+    let rules = dir.path().join("rules.yaml");
+    let url = format!("redis://slidegate:secret@127.0.0.1:{}", redis.port);
+    let token_arg = token.to_string_lossy().into_owned();
+    let server = Slidegate::start(
+        &rules,
+        &["--redis-url", &url, "--admin-token-file", &token_arg],
+    );
+    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
+
+    for descriptors in [
+        &[("exact", "a")][..],
+        &[("buckets", "b")],
+        &[("exact", "c"), ("buckets", "c")],
+    ] {
+        let codes = [
+            code(&server, descriptors).await,
+            code(&server, descriptors).await,
+            code(&server, descriptors).await,
+        ];
+        assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"], "{descriptors:?}");
+    }
+    // This replica's note on the board, then /limited reads the board.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (status, limited) = server.get("/limited");
+    assert_eq!(status, 200, "{limited}");
+    let cleared = reqwest::Client::new()
+        .delete(format!("http://127.0.0.1:{}/counters", server.admin_port))
+        .bearer_auth(TOKEN)
+        .body(r#"{"domain":"acl","descriptors":[{"entries":[{"key":"exact","value":"a"}]}]}"#)
+        .send()
+        .await
+        .expect("DELETE /counters");
+    assert_eq!(cleared.status().as_u16(), 200);
+    assert_eq!(code(&server, &[("exact", "a")]).await, "OK", "cleared");
+    // A few more health probes and reset polls.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
+    assert_eq!(
+        redis.cli(&["ACL", "LOG"]),
+        "",
+        "Redis refused slidegate's user something:\n{}",
+        server.log()
+    );
+    drop(server);
+
+    // Without ZADD the script is refused: the check above can fail.
+    assert_eq!(redis.cli(&["ACL", "SETUSER", "slidegate", "-zadd"]), "OK");
+    let server = Slidegate::start(&rules, &["--redis-url", &url]);
+    let failed = reqwest::Client::new()
+        .post(server.url("/json"))
+        .body(r#"{"domain":"acl","descriptors":[{"entries":[{"key":"exact","value":"z"}]}]}"#)
+        .send()
+        .await
+        .expect("POST /json");
+    assert_eq!(failed.status().as_u16(), 503, "decided without ZADD");
+    assert!(
+        wait_until(Duration::from_secs(10), || !redis
+            .cli(&["ACL", "LOG"])
+            .is_empty()),
+        "nothing refused without ZADD"
+    );
+}
