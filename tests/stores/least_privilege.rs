@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::support::{RedisServer, Slidegate, wait_until};
+use crate::support::{RedisCluster, RedisServer, Slidegate, wait_until};
 
 /// The user's rules after `on >password resetchannels`, as docs/operations.md prints them.
 const ACL: &[&str] = &[
@@ -43,6 +43,9 @@ const ACL: &[&str] = &[
     "+hlen",
 ];
 
+/// What a cluster's client adds: reading the slots, and following an `ASK` redirect.
+const CLUSTER_ACL: &[&str] = &["+cluster|slots", "+cluster|shards", "+asking"];
+
 const RULES: &str = r#"
 domain: acl
 descriptors:
@@ -53,6 +56,30 @@ descriptors:
 "#;
 
 const TOKEN: &str = "operator-token";
+
+/// Creates the user on `node`: [`ACL`], [`CLUSTER_ACL`] too on a cluster node, and
+/// `+client|setinfo` where the server takes it (6.x and 7.2 or later, not 7.0 and 7.1): the client
+/// library names itself when it connects, and a refusal would show in `ACL LOG`.
+fn create_user(node: &RedisServer, cluster: bool) {
+    let mut user = vec![
+        "ACL",
+        "SETUSER",
+        "slidegate",
+        "on",
+        ">secret",
+        "resetchannels",
+    ];
+    user.extend(ACL);
+    if cluster {
+        user.extend(CLUSTER_ACL);
+    }
+    assert_eq!(node.cli(&user), "OK");
+    let setinfo = node.cli(&["ACL", "SETUSER", "slidegate", "+client|setinfo"]);
+    assert!(
+        setinfo == "OK" || setinfo.contains("Unknown command"),
+        "{setinfo}"
+    );
+}
 
 /// `POST /json` for the given descriptors (`key=value` each): the overall code.
 async fn code(server: &Slidegate, descriptors: &[(&str, &str)]) -> String {
@@ -83,16 +110,7 @@ async fn slidegate_needs_no_more_than_the_documented_redis_user() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let mut user = vec![
-        "ACL",
-        "SETUSER",
-        "slidegate",
-        "on",
-        ">secret",
-        "resetchannels",
-    ];
-    user.extend(ACL);
-    assert_eq!(redis.cli(&user), "OK");
+    create_user(&redis, false);
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("rules.yaml"), RULES).expect("write rules");
     let token = dir.path().join("token");
@@ -158,4 +176,78 @@ async fn slidegate_needs_no_more_than_the_documented_redis_user() {
             .is_empty()),
         "nothing refused without ZADD"
     );
+}
+
+/// The same on a 3-node cluster, the user on every node with [`ACL`] and [`CLUSTER_ACL`]:
+/// requests of one counter, and requests of two whose counters live in different slots (decided
+/// in a call per slot; a deny in one slot takes back the hits the other recorded).
+///
+/// Proves: the decisions are right (two admitted, the third denied; a counter whose hits were
+/// taken back still admits two) and no node refused anything (`ACL LOG` empty on each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_needs_no_more_than_the_documented_redis_user() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    for node in &cluster.nodes {
+        create_user(node, true);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, RULES).expect("write rules");
+    let nodes: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("redis://slidegate:secret@127.0.0.1:{}", n.port))
+        .collect();
+    // No deny cache: the request with a full counter must reach the other slots.
+    let nodes = nodes.join(",");
+    let server = Slidegate::start(
+        &rules,
+        &["--redis-cluster", &nodes, "--redis-deny-cache", "0"],
+    );
+    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
+    for descriptors in [
+        &[("exact", "a")][..],
+        &[("buckets", "b")],
+        &[("exact", "c"), ("buckets", "d")],
+        &[("exact", "e"), ("exact", "f"), ("buckets", "g")],
+    ] {
+        let codes = [
+            code(&server, descriptors).await,
+            code(&server, descriptors).await,
+            code(&server, descriptors).await,
+        ];
+        assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"], "{descriptors:?}");
+    }
+    // A counter full in one slot denies the request, and the hits its counters of other slots
+    // recorded are taken back (a log's by ZREM, buckets' by the take-back script): each still
+    // admits two.
+    assert_eq!(code(&server, &[("exact", "h")]).await, "OK");
+    assert_eq!(code(&server, &[("exact", "h")]).await, "OK");
+    let denied = code(&server, &[("exact", "h"), ("exact", "i"), ("buckets", "j")]).await;
+    assert_eq!(denied, "OVER_LIMIT");
+    for other in [("exact", "i"), ("buckets", "j")] {
+        let codes = [
+            code(&server, &[other]).await,
+            code(&server, &[other]).await,
+            code(&server, &[other]).await,
+        ];
+        assert_eq!(
+            codes,
+            ["OK", "OK", "OVER_LIMIT"],
+            "{other:?} after the take-back"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
+    for node in &cluster.nodes {
+        assert_eq!(
+            node.cli(&["ACL", "LOG"]),
+            "",
+            "node {} refused slidegate's user something:\n{}",
+            node.port,
+            server.log()
+        );
+    }
 }
