@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::support::sentinel::{MASTER, SentinelSet};
 use crate::support::{RedisCluster, RedisServer, Slidegate, wait_until};
 
 /// The user's rules after `on >password resetchannels`, as docs/operations.md prints them.
@@ -250,4 +251,49 @@ async fn a_cluster_needs_no_more_than_the_documented_redis_user() {
             server.log()
         );
     }
+}
+
+/// The same through Sentinel, the user on the primary the sentinels name: slidegate asks it
+/// `ROLE` before using it.
+///
+/// Proves: the decisions are right and the primary refused nothing (`ACL LOG` empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_needs_no_more_than_the_documented_redis_user() {
+    let Some(set) = SentinelSet::start() else {
+        return;
+    };
+    let Some(primary) = &set.primary else {
+        panic!("no primary");
+    };
+    create_user(primary, false);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, RULES).expect("write rules");
+    let sentinels = set.addrs();
+    let url = format!("redis://slidegate:secret@{MASTER}");
+    let args = [
+        "--redis-sentinel",
+        &sentinels,
+        "--redis-sentinel-master",
+        MASTER,
+        "--redis-url",
+        &url,
+    ];
+    let server = Slidegate::start(&rules, &args);
+    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
+    for descriptors in [&[("exact", "a")][..], &[("buckets", "b")]] {
+        let codes = [
+            code(&server, descriptors).await,
+            code(&server, descriptors).await,
+            code(&server, descriptors).await,
+        ];
+        assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"], "{descriptors:?}");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        primary.cli(&["ACL", "LOG"]),
+        "",
+        "the primary refused slidegate's user something:\n{}",
+        server.log()
+    );
 }
