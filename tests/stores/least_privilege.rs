@@ -82,6 +82,24 @@ fn create_user(node: &RedisServer, cluster: bool) {
     );
 }
 
+/// [`RULES`] in a file of a new directory (which holds it while it lives).
+fn rules_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, RULES).expect("write rules");
+    (dir, rules)
+}
+
+/// Three requests for `descriptors` on a limit of two: admitted, admitted, denied.
+async fn admits_two(server: &Slidegate, descriptors: &[(&str, &str)]) {
+    let codes = [
+        code(server, descriptors).await,
+        code(server, descriptors).await,
+        code(server, descriptors).await,
+    ];
+    assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"], "{descriptors:?}");
+}
+
 /// `POST /json` for the given descriptors (`key=value` each): the overall code.
 async fn code(server: &Slidegate, descriptors: &[(&str, &str)]) -> String {
     let descriptors: Vec<String> = descriptors
@@ -112,11 +130,9 @@ async fn slidegate_needs_no_more_than_the_documented_redis_user() {
         return;
     };
     create_user(&redis, false);
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("rules.yaml"), RULES).expect("write rules");
+    let (dir, rules) = rules_file();
     let token = dir.path().join("token");
     std::fs::write(&token, TOKEN).expect("write token");
-    let rules = dir.path().join("rules.yaml");
     let url = format!("redis://slidegate:secret@127.0.0.1:{}", redis.port);
     let token_arg = token.to_string_lossy().into_owned();
     let server = Slidegate::start(
@@ -130,12 +146,7 @@ async fn slidegate_needs_no_more_than_the_documented_redis_user() {
         &[("buckets", "b")],
         &[("exact", "c"), ("buckets", "c")],
     ] {
-        let codes = [
-            code(&server, descriptors).await,
-            code(&server, descriptors).await,
-            code(&server, descriptors).await,
-        ];
-        assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"], "{descriptors:?}");
+        admits_two(&server, descriptors).await;
     }
     // This replica's note on the board, then /limited reads the board.
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -193,9 +204,7 @@ async fn a_cluster_needs_no_more_than_the_documented_redis_user() {
     for node in &cluster.nodes {
         create_user(node, true);
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rules = dir.path().join("rules.yaml");
-    std::fs::write(&rules, RULES).expect("write rules");
+    let (_dir, rules) = rules_file();
     let nodes: Vec<String> = cluster
         .nodes
         .iter()
@@ -214,12 +223,7 @@ async fn a_cluster_needs_no_more_than_the_documented_redis_user() {
         &[("exact", "c"), ("buckets", "d")],
         &[("exact", "e"), ("exact", "f"), ("buckets", "g")],
     ] {
-        let codes = [
-            code(&server, descriptors).await,
-            code(&server, descriptors).await,
-            code(&server, descriptors).await,
-        ];
-        assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"], "{descriptors:?}");
+        admits_two(&server, descriptors).await;
     }
     // A counter full in one slot denies the request, and the hits its counters of other slots
     // recorded are taken back (a log's by ZREM, buckets' by the take-back script): each still
@@ -228,18 +232,8 @@ async fn a_cluster_needs_no_more_than_the_documented_redis_user() {
     assert_eq!(code(&server, &[("exact", "h")]).await, "OK");
     let denied = code(&server, &[("exact", "h"), ("exact", "i"), ("buckets", "j")]).await;
     assert_eq!(denied, "OVER_LIMIT");
-    for other in [("exact", "i"), ("buckets", "j")] {
-        let codes = [
-            code(&server, &[other]).await,
-            code(&server, &[other]).await,
-            code(&server, &[other]).await,
-        ];
-        assert_eq!(
-            codes,
-            ["OK", "OK", "OVER_LIMIT"],
-            "{other:?} after the take-back"
-        );
-    }
+    admits_two(&server, &[("exact", "i")]).await;
+    admits_two(&server, &[("buckets", "j")]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
     for node in &cluster.nodes {
@@ -266,9 +260,7 @@ async fn sentinel_needs_no_more_than_the_documented_redis_user() {
         panic!("no primary");
     };
     create_user(primary, false);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rules = dir.path().join("rules.yaml");
-    std::fs::write(&rules, RULES).expect("write rules");
+    let (_dir, rules) = rules_file();
     let sentinels = set.addrs();
     let url = format!("redis://slidegate:secret@{MASTER}");
     let args = [
@@ -282,12 +274,7 @@ async fn sentinel_needs_no_more_than_the_documented_redis_user() {
     let server = Slidegate::start(&rules, &args);
     assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
     for descriptors in [&[("exact", "a")][..], &[("buckets", "b")]] {
-        let codes = [
-            code(&server, descriptors).await,
-            code(&server, descriptors).await,
-            code(&server, descriptors).await,
-        ];
-        assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"], "{descriptors:?}");
+        admits_two(&server, descriptors).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
