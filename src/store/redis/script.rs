@@ -161,16 +161,21 @@ impl RequestIds {
         }
     }
 
-    /// The id of a new request.
+    /// The id of a new request: one allocation of its final size (a clone of the instance part
+    /// grown by the sequence number would allocate twice).
     pub fn next(&self) -> String {
-        let mut id = self.instance.clone();
+        let mut id = String::with_capacity(INSTANCE_LEN + BASE62_DIGITS);
+        id.push_str(&self.instance);
         push_base62(&mut id, self.next.fetch_add(1, Ordering::Relaxed));
         id
     }
 }
 
+/// Base-62 digits of the largest `u64`.
+const BASE62_DIGITS: usize = 11;
+
 fn push_base62(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 11];
+    let mut digits = [0u8; BASE62_DIGITS];
     let mut i = digits.len();
     loop {
         i -= 1;
