@@ -100,7 +100,8 @@ async fn admits_two(server: &Slidegate, descriptors: &[(&str, &str)]) {
     assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"], "{descriptors:?}");
 }
 
-/// `POST /json` for the given descriptors (`key=value` each): the overall code.
+/// `POST /json` for the given descriptors (`key=value` each): the overall code, or the status and
+/// body of an answer that is not a decision (a store that refuses the user answers 503).
 async fn code(server: &Slidegate, descriptors: &[(&str, &str)]) -> String {
     let descriptors: Vec<String> = descriptors
         .iter()
@@ -110,11 +111,18 @@ async fn code(server: &Slidegate, descriptors: &[(&str, &str)]) -> String {
         r#"{{"domain":"acl","descriptors":[{}]}}"#,
         descriptors.join(",")
     );
-    let answer = server.post_json(&body).await;
-    answer["overallCode"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+    let answer = reqwest::Client::new()
+        .post(server.url("/json"))
+        .body(body)
+        .send()
+        .await
+        .expect("POST /json");
+    let status = answer.status().as_u16();
+    let text = answer.text().await.unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["overallCode"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("HTTP {status}: {text}"))
 }
 
 /// A Redis user with only [`ACL`], and slidegate on it: decisions on an exact log and on buckets
