@@ -251,8 +251,9 @@ pub enum StoreError {
     #[error("store error: {0}")]
     Backend(String),
     /// The store answers but cannot run what slidegate sends (a server too old, a command
-    /// renamed or forbidden, a script error): permanent until the server changes, unlike an
-    /// outage.
+    /// renamed or forbidden, a script error, Redis named in the wrong mode: a cluster node as a
+    /// standalone server or the reverse): permanent until the server or the settings change,
+    /// unlike an outage.
     #[error("store cannot run the rate-limit script: {0}")]
     Incompatible(String),
     /// The store refused the credentials (a wrong or missing password, an unknown user): a

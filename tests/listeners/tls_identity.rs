@@ -243,9 +243,10 @@ impl KeepAlive {
 /// The HTTP port's side of [`a_client_ca_taken_out_closes_connections_verified_under_it`]: an
 /// HTTPS keep-alive connection (HTTP/1.1) verified under a client CA.
 ///
-/// Proves: a CA added leaves the connection serving; the CA taken out closes it within 5 s (the
-/// server ends it, no request needed; without the close, only the body timeout would, here 60 s),
-/// and a new connection under the removed CA gets no answer.
+/// Proves: a CA added leaves the connection serving; the CA taken out closes it within 10 s (the
+/// server ends it, no request needed; without the close, only the header-read timeout, which
+/// `--handshake-timeout` sets, would: here 60 s), a new connection under the removed CA gets no
+/// answer, and the log says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_ca_taken_out_closes_http_keep_alive_connections_verified_under_it() {
     let old_ca = Ca::new("old client CA");
@@ -253,7 +254,8 @@ async fn a_client_ca_taken_out_closes_http_keep_alive_connections_verified_under
     let server = old_ca.server();
     let mut volume = SecretVolume::new(&server, &old_ca.pem);
     let rules = rules();
-    // Idle keep-alive connections are otherwise closed by the body timeout: far away here.
+    // An idle keep-alive connection is otherwise closed by the header-read timeout (the handshake
+    // timeout): far away here.
     let slidegate = volume.serve(
         rules.path(),
         &[
@@ -290,7 +292,7 @@ async fn a_client_ca_taken_out_closes_http_keep_alive_connections_verified_under
     volume.swap(&server, &new_ca.pem);
     let started = std::time::Instant::now();
     assert!(
-        open.closed_by_server(Duration::from_secs(5)),
+        open.closed_by_server(Duration::from_secs(10)),
         "a keep-alive connection verified under the removed CA is still open:\n{}",
         slidegate.log()
     );
@@ -307,5 +309,10 @@ async fn a_client_ca_taken_out_closes_http_keep_alive_connections_verified_under
         KeepAlive::open(port, &old_ca.pem, &new_client).healthcheck(),
         Some(200),
         "a client of the new CA"
+    );
+    assert!(
+        slidegate.log().contains("a client CA was taken out"),
+        "{}",
+        slidegate.log()
     );
 }

@@ -9,42 +9,31 @@ use std::time::Duration;
 use crate::support::sentinel::{MASTER, SentinelSet};
 use crate::support::{RedisCluster, RedisServer, Slidegate, wait_until};
 
-/// The user's rules after `on >password resetchannels`, as docs/operations.md prints them.
-const ACL: &[&str] = &[
-    "~slidegate:*",
-    "-@all",
-    "+evalsha",
-    "+eval",
-    "+script|load",
-    "+hello",
-    "+ping",
-    "+role",
-    "+config|get",
-    "+time",
-    "+get",
-    "+set",
-    "+incr",
-    "+del",
-    "+exists",
-    "+type",
-    "+pexpire",
-    "+zadd",
-    "+zcard",
-    "+zrange",
-    "+zrevrangebyscore",
-    "+zremrangebyscore",
-    "+zrem",
-    "+zpopmax",
-    "+hget",
-    "+hmget",
-    "+hset",
-    "+hdel",
-    "+hgetall",
-    "+hincrby",
-    "+hlen",
-];
+/// The user's rules after `on >PASSWORD resetchannels`, read from the block of docs/operations.md
+/// (*A Redis user for slidegate*), so that the page and this test cannot drift apart.
+fn documented_acl() -> Vec<&'static str> {
+    let block = section().split("```").nth(1).expect("its code block");
+    let rules: Vec<&str> = block
+        .split_whitespace()
+        .skip_while(|word| *word != "resetchannels")
+        .skip(1)
+        .collect();
+    assert_eq!(rules.first(), Some(&"~slidegate:*"), "{block}");
+    assert!(rules.len() > 20, "{block}");
+    rules
+}
 
-/// What a cluster's client adds: reading the slots, and following an `ASK` redirect.
+/// The section *A Redis user for slidegate* of docs/operations.md.
+fn section() -> &'static str {
+    include_str!("../../docs/operations.md")
+        .split("### A Redis user for slidegate")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the section in docs/operations.md")
+}
+
+/// What a cluster's client adds, as the same section says: reading the slots, and following an
+/// `ASK` redirect.
 const CLUSTER_ACL: &[&str] = &["+cluster|slots", "+cluster|shards", "+asking"];
 
 const RULES: &str = r#"
@@ -58,7 +47,7 @@ descriptors:
 
 const TOKEN: &str = "operator-token";
 
-/// Creates the user on `node`: [`ACL`], [`CLUSTER_ACL`] too on a cluster node, and
+/// Creates the user on `node`: [`documented_acl`], [`CLUSTER_ACL`] too on a cluster node, and
 /// `+client|setinfo` where the server takes it (6.x and 7.2 or later, not 7.0 and 7.1): the client
 /// library names itself when it connects, and a refusal would show in `ACL LOG`.
 fn create_user(node: &RedisServer, cluster: bool) {
@@ -70,8 +59,11 @@ fn create_user(node: &RedisServer, cluster: bool) {
         ">secret",
         "resetchannels",
     ];
-    user.extend(ACL);
+    user.extend(documented_acl());
     if cluster {
+        for rule in CLUSTER_ACL {
+            assert!(section().contains(rule), "{rule} is not on the page");
+        }
         user.extend(CLUSTER_ACL);
     }
     assert_eq!(node.cli(&user), "OK");
@@ -125,7 +117,7 @@ async fn code(server: &Slidegate, descriptors: &[(&str, &str)]) -> String {
         .unwrap_or_else(|| format!("HTTP {status}: {text}"))
 }
 
-/// A Redis user with only [`ACL`], and slidegate on it: decisions on an exact log and on buckets
+/// A Redis user with only the documented rules, and slidegate on it: decisions on an exact log and on buckets
 /// (each alone and both in one request), the deny cache's reset poll, the health probe, `/limited`
 /// (this replica's note on the shared board) and `DELETE /counters`, for a few seconds.
 ///
@@ -156,8 +148,15 @@ async fn slidegate_needs_no_more_than_the_documented_redis_user() {
     ] {
         admits_two(&server, descriptors).await;
     }
-    // This replica's note on the board, then /limited reads the board.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // This replica's note on the board (posted every 2 s once something is denied), then
+    // /limited reads the board.
+    assert!(
+        wait_until(Duration::from_secs(10), || !redis
+            .cli(&["HGETALL", "slidegate:board:limited"])
+            .is_empty()),
+        "no note on the board:\n{}",
+        server.log()
+    );
     let (status, limited) = server.get("/limited");
     assert_eq!(status, 200, "{limited}");
     let cleared = reqwest::Client::new()
@@ -198,7 +197,8 @@ async fn slidegate_needs_no_more_than_the_documented_redis_user() {
     );
 }
 
-/// The same on a 3-node cluster, the user on every node with [`ACL`] and [`CLUSTER_ACL`]:
+/// The same on a 3-node cluster, the user on every node with the documented rules and
+/// [`CLUSTER_ACL`]:
 /// requests of one counter, and requests of two whose counters live in different slots (decided
 /// in a call per slot; a deny in one slot takes back the hits the other recorded).
 ///

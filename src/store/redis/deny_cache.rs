@@ -27,7 +27,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use foldhash::fast::RandomState;
+use foldhash::fast::FixedState;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -49,11 +49,12 @@ enum Slot {
     Refreshing(watch::Receiver<()>),
 }
 
-/// (counter key, limit) → slot. Hashed with foldhash under a random seed per map (and per
-/// cache for the shard): every request looks each of its counters up, and SipHash, twice per
-/// lookup, cost some 500 instructions a request; a client chooses the keys but not the seed,
-/// and a shard holds a bounded number of them.
-type Entries = HashMap<(CounterKey, u64), Slot, RandomState>;
+/// (counter key, limit) → slot. Hashed with foldhash under a seed drawn from `rand` per map (and
+/// per cache for the shard): every request looks each of its counters up, and SipHash, twice per
+/// lookup, cost some 500 instructions a request. A client chooses the keys but not the seeds;
+/// foldhash does not claim to resist one who can time the lookups, so what bounds the harm is the
+/// shard: at most `capacity / SHARDS` entries, and only of counters the client got denied.
+type Entries = HashMap<(CounterKey, u64), Slot, FixedState>;
 
 /// What a request should do about one counter.
 pub enum Lookup {
@@ -84,7 +85,7 @@ impl Refresh {
 pub struct DenyCache {
     shards: Box<[Mutex<Entries>]>,
     per_shard: usize,
-    hasher: RandomState,
+    hasher: FixedState,
     /// Bumped by every [`DenyCache::clear`]: an answer read from Redis before a clear is not
     /// remembered after it ([`DenyCache::insert_read_in`]).
     epoch: AtomicU64,
@@ -95,10 +96,10 @@ impl DenyCache {
     pub fn new(capacity: usize) -> DenyCache {
         DenyCache {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::default()))
+                .map(|_| Mutex::new(HashMap::with_hasher(seeded())))
                 .collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
-            hasher: RandomState::default(),
+            hasher: seeded(),
             epoch: AtomicU64::new(0),
         }
     }
@@ -222,6 +223,12 @@ impl DenyCache {
     fn shard(&self, id: &(CounterKey, u64)) -> &Mutex<Entries> {
         &self.shards[(self.hasher.hash_one(id) % SHARDS as u64) as usize]
     }
+}
+
+/// foldhash's state under a seed from `rand` (its own `RandomState` derives one from addresses
+/// and the time).
+fn seeded() -> FixedState {
+    FixedState::with_seed(rand::random())
 }
 
 #[cfg(test)]

@@ -323,7 +323,7 @@ fn with_script(cmd: &::redis::Cmd, script: &::redis::Script) -> ::redis::Cmd {
 /// Outside a cluster it names two keys of different hash slots, which the script leaves alone: a
 /// cluster node answers `CROSSSLOT`, as it would every call (each names the node's clock beside
 /// its counters), so a cluster node given as `--redis-url` is found before the first request.
-/// A cluster's probe names none: its client would refuse the keys itself.
+/// A cluster's probe names none: there any two slots answer `CROSSSLOT`, healthy or not.
 pub fn probe(script: &::redis::Script, prefix: &str, cluster: bool) -> ::redis::Cmd {
     let mut cmd = ::redis::cmd("EVALSHA");
     cmd.arg(script.get_hash());
