@@ -9,9 +9,9 @@
 //!   a liveness probe on `/healthcheck` would otherwise restart every replica for an outage that
 //!   a restart cannot fix, while Envoy's failure mode already covers the calls.
 //! - **incompatible** (the store answers but cannot run the script: a server too old, `EVALSHA`
-//!   renamed or forbidden, a Lua error, Redis named in the wrong mode): permanent until the server changes, so NOT_SERVING
-//!   whatever the settings. A pod in a restart loop is visible; calls failing open are not. The
-//!   store logs it at `error` (rate-limited) and counts it.
+//!   renamed or forbidden, a Lua error, Redis named in the wrong mode): permanent until the
+//!   server changes, so NOT_SERVING whatever the settings. A pod in a restart loop is visible;
+//!   calls failing open are not. The store logs it at `error` (rate-limited) and counts it.
 //!
 //! No rules (an empty rule directory) is still SERVING, as in envoyproxy/ratelimit: a
 //! Kubernetes ConfigMap may start empty, and every request is answered OK until rules arrive;

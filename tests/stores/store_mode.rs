@@ -32,6 +32,23 @@ async fn call(server: &Slidegate, value: &str) -> Result<Code, tonic::Status> {
         .map(|r| r.into_inner().overall_code())
 }
 
+fn rules() -> tempfile::TempDir {
+    let rules = tempfile::tempdir().expect("tempdir");
+    std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
+    rules
+}
+
+/// Health SERVING, and three calls on one counter of a limit of two: allowed, allowed, denied.
+async fn serves_and_decides(server: &Slidegate) {
+    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
+    let codes = [
+        call(server, "a").await.expect("decided"),
+        call(server, "a").await.expect("decided"),
+        call(server, "a").await.expect("decided"),
+    ];
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
 /// One node of a 3-node cluster as `--redis-url` (with `--health-ignores-store-outage`, which
 /// keeps health SERVING through an outage), then the same cluster as `--redis-cluster`.
 ///
@@ -44,8 +61,7 @@ async fn a_cluster_node_named_as_a_standalone_redis_is_not_serving_and_says_why(
     let Some(cluster) = RedisCluster::start() else {
         return;
     };
-    let rules = tempfile::tempdir().expect("tempdir");
-    std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
+    let rules = rules();
 
     let node = cluster.nodes[0].url();
     let server = Slidegate::start(
@@ -90,13 +106,7 @@ async fn a_cluster_node_named_as_a_standalone_redis_is_not_serving_and_says_why(
 
     let nodes = cluster.urls().join(",");
     let server = Slidegate::start(rules.path(), &["--redis-cluster", &nodes]);
-    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
-    let codes = [
-        call(&server, "a").await.expect("decided"),
-        call(&server, "a").await.expect("decided"),
-        call(&server, "a").await.expect("decided"),
-    ];
-    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    serves_and_decides(&server).await;
 }
 
 /// A standalone Redis named by `--redis-cluster` (with `--health-ignores-store-outage`), then by
@@ -110,8 +120,7 @@ async fn a_standalone_redis_named_as_a_cluster_is_not_serving_and_says_why() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let rules = tempfile::tempdir().expect("tempdir");
-    std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
+    let rules = rules();
 
     let server = Slidegate::start(
         rules.path(),
@@ -134,11 +143,5 @@ async fn a_standalone_redis_named_as_a_cluster_is_not_serving_and_says_why() {
     drop(server);
 
     let server = Slidegate::start(rules.path(), &["--redis-url", &redis.url()]);
-    assert_eq!(server.get("/healthcheck").0, 200, "{}", server.log());
-    let codes = [
-        call(&server, "a").await.expect("decided"),
-        call(&server, "a").await.expect("decided"),
-        call(&server, "a").await.expect("decided"),
-    ];
-    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    serves_and_decides(&server).await;
 }
