@@ -178,19 +178,27 @@ async fn reload_faults(config: &Path, file: &Path) -> Slidegate {
             healthy(&server),
             "{what}: health must not depend on a bad reload"
         );
-        // Logged with the file and the reason.
-        let log = server.log();
-        let new = &log[log_before..];
-        let line = new
-            .lines()
-            .find(|l| l.contains("rule reload failed"))
-            .unwrap_or_else(|| panic!("{what}: no log line\n{new}"));
+        // Logged with the file and the reason. Waited for by its reason: under load, the reload
+        // that restoring the previous fault's file started can still be logging a failure of its
+        // own (a directory removed before the file is written back) when this fault is counted.
+        let failed_for_this = |log: &str| {
+            log[log_before..]
+                .lines()
+                .find(|l| l.contains("rule reload failed") && l.contains(reason))
+                .map(str::to_owned)
+        };
+        assert!(
+            wait_until(Duration::from_secs(10), || failed_for_this(&server.log())
+                .is_some()),
+            "{what}: no log line with {reason:?}\n{}",
+            &server.log()[log_before..]
+        );
+        let line = failed_for_this(&server.log()).unwrap_or_default();
         let shown = if config.is_dir() { config } else { file };
         assert!(
             line.contains(&shown.display().to_string()) && line.contains("reason="),
             "{what}: {line}"
         );
-        assert!(line.contains(reason), "{what}: {line} lacks {reason:?}");
         eprintln!("{what}: {line}");
         // SIGHUP re-reads the broken file: another failure, counted and survived.
         server.signal("HUP");
