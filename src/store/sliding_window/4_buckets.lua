@@ -245,12 +245,12 @@ local function record_buckets(key, log, window, width, hits, part, at, newest)
   elseif newest ~= field then
     redis.call('HSET', key, 'n', field)
   end
-  local ttl = math.ceil((bucket_leaves(current, width, span) - now) / 1000)
-  ttl = int(ttl)
-  redis.call('PEXPIRE', key, ttl)
+  -- Until the bucket leaves the window, in this server's clock (see `expiring_at`).
+  local expire_at = int(math.ceil(bucket_leaves(current, width, span) / 1000))
+  redis.call('PEXPIREAT', key, expire_at)
   if part and log then
     redis.call('HINCRBY', log, field, int(hits))
-    redis.call('PEXPIRE', log, ttl)
+    redis.call('PEXPIREAT', log, expire_at)
   end
   return current, hits
 end

@@ -82,17 +82,17 @@ local function decide(rid, part, n, k0, a0)
 
   for i = 1, n do
     local base = a0 + (i - 1) * 5
-    local flags = tonumber(ARGV[base + 3])
+    local flags = number_arg(base + 3)
     local c = {
       key = KEYS[k0 + i - 1],
       log = nil,
-      limit = tonumber(ARGV[base]),
-      window = tonumber(ARGV[base + 1]),
-      hits = tonumber(ARGV[base + 2]),
+      limit = number_arg(base),
+      window = number_arg(base + 1),
+      hits = number_arg(base + 2),
       shadow = flags % 2 == 1,
       charged = flags % 4 >= 2,
       returned = flags >= 4,
-      width = tonumber(ARGV[base + 4]),
+      width = number_arg(base + 4),
       -- The counter's "now" (see the top of the script).
       at = now,
       held = 0,
@@ -119,7 +119,7 @@ local function decide(rid, part, n, k0, a0)
     -- With the node's clock known a log's trim, which fails on a hash, also tells its form.
     if c.width == 0 and known then
       c.at = node_now
-      local trim = redis.pcall('ZREMRANGEBYSCORE', c.key, '-inf', int(node_now - c.window))
+      local trim = redis.pcall('ZREMRANGEBYSCORE', c.key, '-inf', trim_at(c.window))
       c.trimmed = type(trim) ~= 'table'
     end
     if c.width == 0 and not c.trimmed then
@@ -221,11 +221,11 @@ end
 -- answer (over, count, reset, reset1, bucket), which the main loop writes; or false, having
 -- written nothing, if the key is not a log: `decide` then finds its form and carries it.
 local function decide_log_alone(rid, key, base)
-  local window = tonumber(ARGV[base + 1])
-  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', int(node_now - window))) == 'table' then
+  local window = number_arg(base + 1)
+  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', trim_at(window))) == 'table' then
     return false
   end
-  local limit, hits = tonumber(ARGV[base]), tonumber(ARGV[base + 2])
+  local limit, hits = number_arg(base), number_arg(base + 2)
   local held = redis.call('ZCARD', key)
   local reset1 = -1
   if held + 1 > limit then
@@ -250,8 +250,8 @@ end
 -- The same for one bucket counter (the node's clock known or not: buckets find their "now" from
 -- their own fields either way). `decide_buckets` carries a key in another form itself.
 local function decide_buckets_alone(key, base)
-  local limit, window = tonumber(ARGV[base]), tonumber(ARGV[base + 1])
-  local hits, width = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 4])
+  local limit, window = number_arg(base), number_arg(base + 1)
+  local hits, width = number_arg(base + 2), number_arg(base + 4)
   local held, count, over, reset, reset1, oldest, at, newest = decide_buckets(key, nil, limit,
     window, width, hits, 0)
   if at > latest then
@@ -285,7 +285,7 @@ end
 local a = 4
 local k = 1
 for _ = 1, tonumber(ARGV[1]) do
-  local n = tonumber(ARGV[a + 2])
+  local n = number_arg(a + 2)
   local mark = #out
   -- `decide` unless a one-counter path took the request (true, and its counter's answer) or
   -- failed in it (an error); the log's hands a key in another form over (false).
@@ -299,12 +299,8 @@ for _ = 1, tonumber(ARGV[1]) do
     end
   end
   if ok and err then
-    out[#out + 1] = over and 0 or 1
-    out[#out + 1] = over and 1 or 0
-    out[#out + 1] = count
-    out[#out + 1] = reset
-    out[#out + 1] = reset1
-    out[#out + 1] = bucket
+    out[mark + 1], out[mark + 2], out[mark + 3] = over and 0 or 1, over and 1 or 0, count
+    out[mark + 4], out[mark + 5], out[mark + 6] = reset, reset1, bucket
   elseif ok then
     ok, err = pcall(decide, ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
   end
