@@ -7,7 +7,7 @@
 //! a random per-store instance id plus a sequence number, base 62, about 12 bytes; hit `n > 1` of
 //! a request appends `:n`). One `EVALSHA` of the script in `sliding_window/` does, for all
 //! counters of a request: `ZREMRANGEBYSCORE` what left the window, `ZCARD`, decide; then, only if
-//! no enforced counter is over, `ZADD` the hits and `PEXPIREAT` each key to its window, so an idle
+//! no enforced counter is over, `ZADD` the hits and `PEXPIRE` each key to its window, so an idle
 //! key disappears exactly when its last hit leaves the window. The time is Redis's own `TIME`, read inside the
 //! script: replicas whose clocks disagree still share one timeline. A counter whose newest hit is
 //! later than `TIME` (Redis's clock stepped back, or a failover to a node whose clock is behind)

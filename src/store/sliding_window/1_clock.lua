@@ -70,6 +70,28 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- The text of a whole number, made once per call: a call's requests format the same few numbers
+-- again and again (a bucket's index, a count of hits, an expiry), and `string.format` with the
+-- new string costs Redis about as much as a command's argument handling.
+local texts = {}
+local function text(n)
+  local t = texts[n]
+  if not t then
+    t = int(n)
+    texts[n] = t
+  end
+  return t
+end
+
+-- A number Redis returned as a string, or nil for none (false): read once, by arithmetic, where
+-- `tonumber` reads it twice (see below). Anything that is not a number raises.
+local function reply_number(s)
+  if s then
+    return s + 0
+  end
+  return nil
+end
+
 -- Lua 5.1's `tonumber` reads a string twice (whether it is a number, then the number), each time
 -- with strtod: a few hundred instructions a digit string, a tenth of what a request costs Redis
 -- when every argument goes through it. A call's requests repeat the same few arguments (a rule's

@@ -1,30 +1,5 @@
 -- The sliding-window script, continued: the files of this directory, in order, are one script.
 
--- The texts a call's logs repeat, made once per window (`string.format` and the new string cost
--- Redis about as much as a command's argument handling): where the node's "now" trims
--- (`trim_at`), and when a hit recorded at `at` expires (`expiring_at`, milliseconds of TIME; an
--- absolute time, as PEXPIREAT takes it: PEXPIRE costs Redis more, rewriting itself into one).
-local trims, expiries = {}, {}
-local function trim_at(window)
-  local text = trims[window]
-  if not text then
-    text = int(node_now - window)
-    trims[window] = text
-  end
-  return text
-end
-local function expiring_at(at, window)
-  if at ~= node_now then
-    return int(math.ceil((at + window) / 1000))
-  end
-  local text = expiries[window]
-  if not text then
-    text = int(math.ceil((at + window) / 1000))
-    expiries[window] = text
-  end
-  return text
-end
-
 -- Time at which the k-th oldest hit of `key` leaves the window, or nil if it holds fewer.
 local function dropped_at(key, k, window)
   local entry = redis.call('ZRANGE', key, int(k - 1), int(k - 1), 'WITHSCORES')
@@ -136,10 +111,10 @@ local function record_log(key, log, at, window, hits, rid, first)
     h = last + 1
   end
   -- Until the hits leave: a window after the counter's "now", in this server's clock.
-  local expire_at = expiring_at(at, window)
-  redis.call('PEXPIREAT', key, expire_at)
+  local ttl = text(math.ceil((at + window - now) / 1000))
+  redis.call('PEXPIRE', key, ttl)
   if log then
-    redis.call('PEXPIREAT', log, expire_at)
+    redis.call('PEXPIRE', log, ttl)
   end
 end
 

@@ -10,7 +10,7 @@
 -- fields. `at` below is the counter's "now".
 
 -- A bucket's field in the hash: its index as text.
-local bucket_field = int
+local bucket_field = text
 
 -- The instant at which bucket `index` stops overlapping the window.
 local function bucket_leaves(index, width, span)
@@ -93,7 +93,7 @@ end
 local function buckets_meta(key, log, window, width)
   local meta = redis.pcall('HMGET', key, 't', 'o', 'n', 'w')
   local is_log = meta.err ~= nil
-  if is_log or (meta[4] and tonumber(meta[4]) ~= width) then
+  if is_log or (meta[4] and reply_number(meta[4]) ~= width) then
     carry(key, log, is_log, window, width)
     meta = redis.call('HMGET', key, 't', 'o', 'n', 'w')
   end
@@ -103,8 +103,8 @@ end
 -- Deletes the buckets of `key` that left the window; returns the hits of the others, the index
 -- of the oldest of them (nil when none is left) and the counter's "now".
 local function buckets_trim(key, width, span, meta)
-  local total, oldest = tonumber(meta[1]) or 0, tonumber(meta[2])
-  local at = buckets_now(oldest, tonumber(meta[3]), width)
+  local total, oldest = reply_number(meta[1]) or 0, reply_number(meta[2])
+  local at = buckets_now(oldest, reply_number(meta[3]), width)
   local current = math.floor(at / width)
   local first = current - span
   if total <= 0 or oldest == nil then
@@ -149,7 +149,7 @@ local function buckets_until_fits(key, oldest, excess, width, span, window, at)
   if oldest == nil then
     return window
   end
-  local first = tonumber(redis.call('HGET', key, bucket_field(oldest)))
+  local first = reply_number(redis.call('HGET', key, bucket_field(oldest)))
   if first and first >= excess then
     return math.max(bucket_leaves(oldest, width, span) - now, 0)
   end
@@ -220,7 +220,7 @@ local function record_buckets(key, log, window, width, hits, part, at, newest)
   local span = window / width
   local current = math.floor(at / width)
   local field = bucket_field(current)
-  local total = redis.call('HINCRBY', key, 't', int(hits))
+  local total = redis.call('HINCRBY', key, 't', text(hits))
   local first = total == hits
   if total > MAX_HELD then
     -- The oldest hits make room: the counter stays over every limit while it holds `MAX_HELD`,
@@ -239,18 +239,17 @@ local function record_buckets(key, log, window, width, hits, part, at, newest)
     end)
     redis.call('HSET', key, 't', int(MAX_HELD))
   end
-  redis.call('HINCRBY', key, field, int(hits))
+  redis.call('HINCRBY', key, field, text(hits))
   if first then
     redis.call('HSET', key, 'o', field, 'n', field, 'w', int(width))
   elseif newest ~= field then
     redis.call('HSET', key, 'n', field)
   end
-  -- Until the bucket leaves the window, in this server's clock (see `expiring_at`).
-  local expire_at = int(math.ceil(bucket_leaves(current, width, span) / 1000))
-  redis.call('PEXPIREAT', key, expire_at)
+  local ttl = text(math.ceil((bucket_leaves(current, width, span) - now) / 1000))
+  redis.call('PEXPIRE', key, ttl)
   if part and log then
     redis.call('HINCRBY', log, field, int(hits))
-    redis.call('PEXPIREAT', log, expire_at)
+    redis.call('PEXPIRE', log, ttl)
   end
   return current, hits
 end

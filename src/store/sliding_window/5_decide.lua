@@ -119,7 +119,7 @@ local function decide(rid, part, n, k0, a0)
     -- With the node's clock known a log's trim, which fails on a hash, also tells its form.
     if c.width == 0 and known then
       c.at = node_now
-      local trim = redis.pcall('ZREMRANGEBYSCORE', c.key, '-inf', trim_at(c.window))
+      local trim = redis.pcall('ZREMRANGEBYSCORE', c.key, '-inf', text(node_now - c.window))
       c.trimmed = type(trim) ~= 'table'
     end
     if c.width == 0 and not c.trimmed then
@@ -222,7 +222,7 @@ end
 -- written nothing, if the key is not a log: `decide` then finds its form and carries it.
 local function decide_log_alone(rid, key, base)
   local window = number_arg(base + 1)
-  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', trim_at(window))) == 'table' then
+  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', text(node_now - window))) == 'table' then
     return false
   end
   local limit, hits = number_arg(base), number_arg(base + 2)
