@@ -117,6 +117,93 @@ async fn code(server: &Slidegate, descriptors: &[(&str, &str)]) -> String {
         .unwrap_or_else(|| format!("HTTP {status}: {text}"))
 }
 
+/// The names of the Redis commands in `source`, each text after `prefix` up to the closing quote
+/// (`redis.call('ZADD'` gives `ZADD`), lowercased.
+fn command_names(source: &str, prefix: &str, quote: char) -> Vec<String> {
+    source
+        .split(prefix)
+        .skip(1)
+        .filter_map(|rest| rest.split(quote).next())
+        .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphabetic()))
+        .map(str::to_ascii_lowercase)
+        .collect()
+}
+
+/// The files under `dir` (recursively) whose names end with `extension`, read.
+fn sources(dir: &std::path::Path, extension: &str) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read the source directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            out.extend(sources(&path, extension));
+        } else if path.to_string_lossy().ends_with(extension) {
+            let text = std::fs::read_to_string(&path).expect("read a source file");
+            out.push((path, text));
+        }
+    }
+    out
+}
+
+/// Every command the store's scripts run and its code sends, found in the source: each must be
+/// allowed by the documented user, as `+name` or a subcommand of it (`+config|get`). The live
+/// tests below send real traffic, but not down every path (a counter carried between a log and
+/// buckets, returned hits, a long bucket scan); this catches a command any path starts to need.
+///
+/// Proves: the documented list covers all of them, and that this check finds the commands at all
+/// (the ones every decision runs are among them).
+#[test]
+fn every_command_the_store_can_send_is_in_the_documented_user() {
+    let acl = documented_acl();
+    let allowed = |name: &str| {
+        acl.iter().any(|rule| {
+            rule.strip_prefix('+').is_some_and(|rule| {
+                rule == name || rule.strip_prefix(name).is_some_and(|r| r.starts_with('|'))
+            })
+        })
+    };
+    let store = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut found = Vec::new();
+    for (path, text) in sources(&store, ".lua") {
+        for prefix in ["redis.call('", "redis.pcall('"] {
+            found.extend(
+                command_names(&text, prefix, '\'')
+                    .into_iter()
+                    .map(|n| (n, path.clone())),
+            );
+        }
+    }
+    for (path, text) in sources(&store.join("redis"), ".rs") {
+        found.extend(
+            command_names(&text, "cmd(\"", '"')
+                .into_iter()
+                .map(|n| (n, path.clone())),
+        );
+    }
+    let names: std::collections::BTreeSet<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+    for expected in [
+        "zadd",
+        "zremrangebyscore",
+        "hincrby",
+        "pexpire",
+        "evalsha",
+        "time",
+    ] {
+        assert!(
+            names.contains(expected),
+            "{expected} not found in {names:?}"
+        );
+    }
+    let missing: Vec<String> = found
+        .iter()
+        .filter(|(name, _)| !allowed(name))
+        .map(|(name, path)| format!("{name} ({})", path.display()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "commands the documented Redis user (docs/operations.md) does not allow: {missing:?}"
+    );
+}
+
 /// A Redis user with only the documented rules, and slidegate on it: decisions on an exact log and on buckets
 /// (each alone and both in one request), the deny cache's reset poll, the health probe, `/limited`
 /// (this replica's note on the shared board) and `DELETE /counters`, for a few seconds.
