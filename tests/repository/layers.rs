@@ -16,7 +16,9 @@
 //!   `service::decision`) and must not climb back up into the limiter or the store.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::support::source_files;
 
 /// The layers whose submodules are modules of their own in the graph.
 const SPLIT: &[&str] = &["config", "limiter", "server", "service", "store"];
@@ -80,8 +82,7 @@ fn a_loop_is_found() {
 
 /// Each module and the modules it uses.
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
+    let files = source_files(src, "rs");
     let modules: BTreeSet<String> = files
         .iter()
         .filter_map(|file| node(&module_path(src, file)))
@@ -103,21 +104,6 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     graph
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("a readable source directory")
-        .map(|entry| entry.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The module path of a file: `src/store/redis/mod.rs` is `[store, redis]`.

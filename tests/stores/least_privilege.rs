@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::support::sentinel::{MASTER, SentinelSet};
-use crate::support::{RedisCluster, RedisServer, Slidegate, wait_until};
+use crate::support::{RedisCluster, RedisServer, Slidegate, source_files, wait_until};
 
 /// The user's rules after `on >PASSWORD resetchannels`, read from the block of docs/operations.md
 /// (*A Redis user for slidegate*), so that the page and this test cannot drift apart.
@@ -129,21 +129,6 @@ fn command_names(source: &str, prefix: &str, quote: char) -> Vec<String> {
         .collect()
 }
 
-/// The files under `dir` (recursively) whose names end with `extension`, read.
-fn sources(dir: &std::path::Path, extension: &str) -> Vec<(std::path::PathBuf, String)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("read the source directory") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            out.extend(sources(&path, extension));
-        } else if path.to_string_lossy().ends_with(extension) {
-            let text = std::fs::read_to_string(&path).expect("read a source file");
-            out.push((path, text));
-        }
-    }
-    out
-}
-
 /// Every command the store's scripts run and its code sends, found in the source: each must be
 /// allowed by the documented user, as `+name` or a subcommand of it (`+config|get`). The live
 /// tests below send real traffic, but not down every path (a counter carried between a log and
@@ -163,7 +148,8 @@ fn every_command_the_store_can_send_is_in_the_documented_user() {
     };
     let store = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
     let mut found = Vec::new();
-    for (path, text) in sources(&store, ".lua") {
+    for path in source_files(&store, "lua") {
+        let text = std::fs::read_to_string(&path).expect("read a script");
         for prefix in ["redis.call('", "redis.pcall('"] {
             found.extend(
                 command_names(&text, prefix, '\'')
@@ -172,7 +158,8 @@ fn every_command_the_store_can_send_is_in_the_documented_user() {
             );
         }
     }
-    for (path, text) in sources(&store.join("redis"), ".rs") {
+    for path in source_files(&store.join("redis"), "rs") {
+        let text = std::fs::read_to_string(&path).expect("read a source file");
         found.extend(
             command_names(&text, "cmd(\"", '"')
                 .into_iter()

@@ -16,6 +16,7 @@ mod redis;
 pub mod reshard;
 pub mod sentinel;
 mod slidegate;
+mod sources;
 
 pub use certs::{Ca, CertFiles, Pair};
 pub use grpc::{
@@ -33,3 +34,4 @@ pub use redis::{
     redis_server_command, redis_server_major,
 };
 pub use slidegate::{Slidegate, bench_command, slidegate_command};
+pub use sources::source_files;

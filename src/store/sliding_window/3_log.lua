@@ -90,25 +90,26 @@ local function record_log(key, log, at, window, hits, rid, first)
     if log then
       redis.call('ZADD', log, score, rid)
     end
-  end
-  -- ZADD in chunks: Lua's unpack has a stack limit of a few thousand values.
-  local h = first
-  while final > 1 and h <= final do
-    local args = {}
-    local last = math.min(h + 255, final)
-    for j = h, last do
-      args[#args + 1] = score
-      if j == 1 then
-        args[#args + 1] = rid
-      else
-        args[#args + 1] = rid .. ':' .. int(j)
+  else
+    -- ZADD in chunks: Lua's unpack has a stack limit of a few thousand values.
+    local h = first
+    while h <= final do
+      local args = {}
+      local last = math.min(h + 255, final)
+      for j = h, last do
+        args[#args + 1] = score
+        if j == 1 then
+          args[#args + 1] = rid
+        else
+          args[#args + 1] = rid .. ':' .. int(j)
+        end
       end
+      redis.call('ZADD', key, unpack(args))
+      if log then
+        redis.call('ZADD', log, unpack(args))
+      end
+      h = last + 1
     end
-    redis.call('ZADD', key, unpack(args))
-    if log then
-      redis.call('ZADD', log, unpack(args))
-    end
-    h = last + 1
   end
   -- Until the hits leave: a window after the counter's "now", in this server's clock.
   local ttl = text(math.ceil((at + window - now) / 1000))

@@ -248,7 +248,7 @@ local function record_buckets(key, log, window, width, hits, part, at, newest)
   local ttl = text(math.ceil((bucket_leaves(current, width, span) - now) / 1000))
   redis.call('PEXPIRE', key, ttl)
   if part and log then
-    redis.call('HINCRBY', log, field, int(hits))
+    redis.call('HINCRBY', log, field, text(hits))
     redis.call('PEXPIRE', log, ttl)
   end
   return current, hits
