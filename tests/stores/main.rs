@@ -34,6 +34,7 @@ mod redis_health;
 mod reshard;
 mod script_health;
 mod sentinel;
+mod shapes;
 mod stale;
 mod store;
 mod store_mode;

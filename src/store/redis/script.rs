@@ -238,7 +238,7 @@ pub fn command(
 ) -> ::redis::Cmd {
     let counters: usize = parts.iter().map(|p| p.counters.len()).sum();
     let keys = if logs { 2 * counters } else { counters + 1 };
-    let mut cmd = ::redis::Cmd::with_capacity(6 + keys + 3 * parts.len() + 5 * counters, 64 * keys);
+    let mut cmd = ::redis::Cmd::with_capacity(7 + keys + 2 * parts.len() + 5 * counters, 64 * keys);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     for part in parts {
         for c in part.counters {
@@ -253,14 +253,27 @@ pub fn command(
     if !logs {
         cmd.arg(PrefixedKey(prefix, CLOCK_KEY, ""));
     }
+    // Each distinct shape once (see the script's arguments): a part names the first part that
+    // asks alike. A call holds at most `MAX_BATCH` parts, mostly of one or two shapes.
+    let mut shape_of = Vec::with_capacity(parts.len());
+    let mut shapes: Vec<&CallPart<'_>> = Vec::new();
+    for part in parts {
+        match shapes.iter().position(|s| same_shape(s, part)) {
+            Some(i) => shape_of.push(i + 1),
+            None => {
+                shapes.push(part);
+                shape_of.push(shapes.len());
+            }
+        }
+    }
     cmd.arg(parts.len())
         .arg(if logs { "1" } else { "2" })
-        .arg(deadline);
-    for part in parts {
-        cmd.arg(part.id)
-            .arg(if part.provisional { "1" } else { "0" })
-            .arg(part.counters.len());
-        for c in part.counters {
+        .arg(deadline)
+        .arg(shapes.len());
+    for shape in &shapes {
+        cmd.arg(if shape.provisional { "1" } else { "0" })
+            .arg(shape.counters.len());
+        for c in shape.counters {
             cmd.arg(c.limit.min(LUA_MAX))
                 .arg(window_micros(c.window))
                 .arg(c.hits.min(LUA_MAX))
@@ -268,7 +281,26 @@ pub fn command(
                 .arg(bucket_width_micros(c));
         }
     }
+    for (part, shape) in parts.iter().zip(shape_of) {
+        cmd.arg(part.id).arg(shape);
+    }
     cmd
+}
+
+/// Whether two parts send the script the same arguments but for their ids and keys (compared
+/// before they are made into arguments: counters that differ only where their arguments would
+/// not, such as limits past [`LUA_MAX`], go as two shapes, which is as correct).
+fn same_shape(a: &CallPart<'_>, b: &CallPart<'_>) -> bool {
+    a.provisional == b.provisional
+        && a.counters.len() == b.counters.len()
+        && a.counters.iter().zip(b.counters).all(|(x, y)| {
+            x.limit == y.limit
+                && x.window == y.window
+                && x.hits == y.hits
+                && x.kind == y.kind
+                && x.shadow == y.shadow
+                && x.precision == y.precision
+        })
 }
 
 /// A counter's flags for the script: 1 shadow, plus 2 charged or 4 returned.
@@ -334,7 +366,8 @@ pub fn probe(script: &::redis::Script, prefix: &str, cluster: bool) -> ::redis::
             .arg(PrefixedKey(prefix, "probe", "{0}"))
             .arg(PrefixedKey(prefix, "probe", "{1}"));
     }
-    cmd.arg(0).arg("0").arg(0);
+    // No request, no shape.
+    cmd.arg(0).arg("0").arg(0).arg(0);
     cmd
 }
 
@@ -526,6 +559,43 @@ mod tests {
     fn members_of_a_request() {
         assert_eq!(members("abc", 0), Vec::<String>::new());
         assert_eq!(members("abc", 3), ["abc", "abc:2", "abc:3"]);
+    }
+
+    #[test]
+    fn a_call_sends_each_shape_once_and_each_request_names_its_own() {
+        let counter = |name: &str, limit: u64| Counter {
+            key: crate::store::CounterKey::new("d", [("k", name)], Duration::from_secs(1)),
+            limit,
+            window: Duration::from_secs(1),
+            hits: 1,
+            shadow: false,
+            precision: Precision::Exact,
+            kind: HitKind::Admitted,
+        };
+        let (a, b, c) = ([counter("a", 5)], [counter("b", 5)], [counter("c", 7)]);
+        let part = |id, counters| CallPart {
+            id,
+            provisional: false,
+            counters,
+        };
+        let parts = [part("r1", &a[..]), part("r2", &c[..]), part("r3", &b[..])];
+        let cmd = command(&SCRIPT, "p:", false, 0, &parts);
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|arg| match arg {
+                ::redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        // EVALSHA, the SHA, 4 keys (three counters and the node's clock), then ARGV.
+        assert_eq!(args[2], "4");
+        let argv = &args[7..];
+        let shape = |limit: &'static str| ["0", "1", limit, "1000000", "1", "0", "0"];
+        let mut want = vec!["3", "2", "0", "2"];
+        want.extend(shape("5"));
+        want.extend(shape("7"));
+        want.extend(["r1", "1", "r2", "2", "r3", "1"]);
+        assert_eq!(argv, want);
     }
 
     #[test]

@@ -29,13 +29,19 @@
 --           the last key is the node's clock (standalone, Sentinel: see below); else '0'
 -- ARGV[3]   the call's deadline in this server's clock (microseconds of TIME), '0' for none: a
 --           call that starts later decides nothing and writes nothing (its caller has given up)
--- then per request:
---   id      the request id: member of its first hit on a key; hit n > 1 is id .. ':' .. n
---   part    '1' if this is one slot's part of a cross-slot request, else '0'
+-- ARGV[4]   the number of shapes: what the call's requests ask, but for their ids and keys. A
+--           call's requests mostly ask alike (a rule's limit, window and hits), so each shape
+--           goes once a call and a request names its own: Redis turns every argument into a
+--           string of its own and into Lua's `ARGV`, some 700 instructions each.
+-- then per shape (numbered from 1 in order):
+--   part    '1' if its requests are one slot's part of a cross-slot request, else '0'
 --   n       its number of counters
 --   then per counter: limit, window (us), hits, flags, bucket width (us; 0: the log)
 --   flags   the sum of 1 (shadow), 2 (charged: recorded whatever the decision, over the limit too)
 --           and 4 (returned: up to `hits` of the newest hits taken back; never over limit)
+-- then per request:
+--   id      the request id: member of its first hit on a key; hit n > 1 is id .. ':' .. n
+--   shape   the number of its shape
 -- KEYS, per request: its n counter keys (one hash slot in a cluster), then, in a cluster, their n
 --   provisional logs: the hits of cross-slot requests, which the store takes back if another
 --   slot denies the request (for a bucket counter a hash: bucket index -> provisional hits);
@@ -83,29 +89,14 @@ local function text(n)
   return t
 end
 
--- A number Redis returned as a string, or nil for none (false): read once, by arithmetic, where
--- `tonumber` reads it twice (see below). Anything that is not a number raises.
+-- A number Redis returned as a string, or nil for none (false): read once, by arithmetic. Lua
+-- 5.1's `tonumber` reads a string twice (whether it is a number, then the number), each time with
+-- strtod: a few hundred instructions a digit string. Anything that is not a number raises.
 local function reply_number(s)
   if s then
     return s + 0
   end
   return nil
-end
-
--- Lua 5.1's `tonumber` reads a string twice (whether it is a number, then the number), each time
--- with strtod: a few hundred instructions a digit string, a tenth of what a request costs Redis
--- when every argument goes through it. A call's requests repeat the same few arguments (a rule's
--- limit, window and hits), so each distinct one is read once a call. The script's own client
--- writes every argument as a whole number; anything else fails the request (`number_arg` raises).
-local arg_numbers = {}
-local function number_arg(i)
-  local s = ARGV[i]
-  local n = arg_numbers[s]
-  if n == nil then
-    n = s + 0
-    arg_numbers[s] = n
-  end
-  return n
 end
 
 local t = redis.call('TIME')

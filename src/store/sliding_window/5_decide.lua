@@ -67,9 +67,11 @@ local function take_back(key, log, width, hits)
   return taken
 end
 
--- Decides one request whose keys start at KEYS[k0] and counters at ARGV[a0]; appends its answer.
--- A counter is one table (a table per field costs Redis about a microsecond more a request).
-local function decide(rid, part, n, k0, a0)
+-- Decides one request whose keys start at KEYS[k0] and whose counters are those of `shape`;
+-- appends its answer. A counter is one table (a table per field costs Redis about a microsecond
+-- more a request).
+local function decide(rid, shape, k0)
+  local part, n = shape.part, shape.n
   local counters = {}
   -- Per key, for a request that names several counters (one may be named twice): the hits its
   -- earlier counters are to record, the bucket width (0: the log) it is decided in, and the
@@ -81,18 +83,18 @@ local function decide(rid, part, n, k0, a0)
   local allowed = 1
 
   for i = 1, n do
-    local base = a0 + (i - 1) * 5
-    local flags = number_arg(base + 3)
+    local base = (i - 1) * 5
+    local flags = shape[base + 4]
     local c = {
       key = KEYS[k0 + i - 1],
       log = nil,
-      limit = number_arg(base),
-      window = number_arg(base + 1),
-      hits = number_arg(base + 2),
+      limit = shape[base + 1],
+      window = shape[base + 2],
+      hits = shape[base + 3],
       shadow = flags % 2 == 1,
       charged = flags % 4 >= 2,
       returned = flags >= 4,
-      width = number_arg(base + 4),
+      width = shape[base + 5],
       -- The counter's "now" (see the top of the script).
       at = now,
       held = 0,
@@ -220,12 +222,12 @@ end
 -- and writes as `decide` (a fifth fewer instructions in Redis). Returns true and the counter's
 -- answer (over, count, reset, reset1, bucket), which the main loop writes; or false, having
 -- written nothing, if the key is not a log: `decide` then finds its form and carries it.
-local function decide_log_alone(rid, key, base)
-  local window = number_arg(base + 1)
+local function decide_log_alone(rid, key, shape)
+  local window = shape[2]
   if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', text(node_now - window))) == 'table' then
     return false
   end
-  local limit, hits = number_arg(base), number_arg(base + 2)
+  local limit, hits = shape[1], shape[3]
   local held = redis.call('ZCARD', key)
   local reset1 = -1
   if held + 1 > limit then
@@ -249,9 +251,8 @@ end
 
 -- The same for one bucket counter (the node's clock known or not: buckets find their "now" from
 -- their own fields either way). `decide_buckets` carries a key in another form itself.
-local function decide_buckets_alone(key, base)
-  local limit, window = number_arg(base), number_arg(base + 1)
-  local hits, width = number_arg(base + 2), number_arg(base + 4)
+local function decide_buckets_alone(key, shape)
+  local limit, window, hits, width = shape[1], shape[2], shape[3], shape[5]
   local held, count, over, reset, reset1, oldest, at, newest = decide_buckets(key, nil, limit,
     window, width, hits, 0)
   if at > latest then
@@ -282,27 +283,49 @@ end
 -- recorded hit: pass one reads every key of the request in a form that raises on a wrong type
 -- before pass two writes, and decides each key in one form. (A key of the right type holding
 -- foreign content, such as a bucket field that is not a number, can still fail in pass two.)
-local a = 4
+-- The call's shapes (see the top), by the text requests name them with: each number read once
+-- a call (`+ 0`, which raises on anything else: the script's own client writes them all). A
+-- shape of one counter is made whole by its constructor (a table grown field by field is resized
+-- three times), and the first shape's name is a literal (formatting a number costs a printf).
+local shapes = {}
+local a = 5
+for s = 1, ARGV[4] + 0 do
+  local n = ARGV[a + 1] + 0
+  local shape
+  if n == 1 then
+    shape = { ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0, ARGV[a + 6] + 0,
+      part = ARGV[a] == '1', n = 1 }
+  else
+    shape = { part = ARGV[a] == '1', n = n }
+    for j = 1, 5 * n do
+      shape[j] = ARGV[a + 1 + j] + 0
+    end
+  end
+  shapes[s == 1 and '1' or int(s)] = shape
+  a = a + 2 + 5 * n
+end
+
 local k = 1
 for _ = 1, tonumber(ARGV[1]) do
-  local n = number_arg(a + 2)
+  local rid = ARGV[a]
+  local shape = shapes[ARGV[a + 1]] or error('slidegate: a request names no shape of the call')
+  local n = shape.n
   local mark = #out
   -- `decide` unless a one-counter path took the request (true, and its counter's answer) or
   -- failed in it (an error); the log's hands a key in another form over (false).
   local ok, err, over, count, reset, reset1, bucket = true, false
-  if n == 1 and not tracked and ARGV[a + 6] == '0' then
-    if ARGV[a + 7] ~= '0' then
-      ok, err, over, count, reset, reset1, bucket = pcall(decide_buckets_alone, KEYS[k], a + 3)
+  if n == 1 and not tracked and shape[4] == 0 then
+    if shape[5] ~= 0 then
+      ok, err, over, count, reset, reset1, bucket = pcall(decide_buckets_alone, KEYS[k], shape)
     elseif known then
-      ok, err, over, count, reset, reset1, bucket = pcall(decide_log_alone, ARGV[a], KEYS[k],
-        a + 3)
+      ok, err, over, count, reset, reset1, bucket = pcall(decide_log_alone, rid, KEYS[k], shape)
     end
   end
   if ok and err then
     out[mark + 1], out[mark + 2], out[mark + 3] = over and 0 or 1, over and 1 or 0, count
     out[mark + 4], out[mark + 5], out[mark + 6] = reset, reset1, bucket
   elseif ok then
-    ok, err = pcall(decide, ARGV[a], ARGV[a + 1] == '1', n, k, a + 3)
+    ok, err = pcall(decide, rid, shape, k)
   end
   if not ok then
     for j = #out, mark + 1, -1 do
@@ -317,7 +340,7 @@ for _ = 1, tonumber(ARGV[1]) do
     end
     redis.log(redis.LOG_WARNING, 'slidegate: a request failed: ' .. tostring(err))
   end
-  a = a + 3 + 5 * n
+  a = a + 2
   if tracked then
     k = k + 2 * n
   else
