@@ -21,7 +21,7 @@ local function take_back(key, log, width, hits)
   local provisional = {}
   if log then
     local fields = redis.pcall('HGETALL', log)
-    if not stray(log, fields) then
+    if not carry_functions().stray(log, fields) then
       for f = 1, #fields, 2 do
         provisional[tonumber(fields[f])] = tonumber(fields[f + 1])
       end
@@ -125,7 +125,7 @@ local function decide(rid, shape, k0)
       c.trimmed = type(trim) ~= 'table'
     end
     if c.width == 0 and not c.trimmed then
-      c.width, c.at = log_form(c.key, c.log, c.window)
+      c.width, c.at = log_functions().form(c.key, c.log, c.window)
       if known and c.at then
         c.at = node_now
       end
@@ -136,13 +136,13 @@ local function decide(rid, shape, k0)
     local earlier = pending and pending[c.key] or 0
 
     if c.width > 0 then
-      c.held, c.count, c.over, c.reset, c.reset1, c.oldest, c.at, c.newest = decide_buckets(c.key,
-        c.log, c.limit, c.window, c.width, c.hits, earlier)
+      c.held, c.count, c.over, c.reset, c.reset1, c.oldest, c.at, c.newest = bucket_functions()
+        .decide(c.key, c.log, c.limit, c.window, c.width, c.hits, earlier)
       if c.returned then
         c.over, c.reset = false, 0
       end
     else
-      decide_log(c, earlier)
+      log_functions().decide(c, earlier)
     end
     if c.at > latest then
       latest = c.at
@@ -151,7 +151,7 @@ local function decide(rid, shape, k0)
       pending[c.key] = earlier + c.hits
     end
     if part and c.log then
-      provisional_form(c.log, c.width)
+      carry_functions().provisional_form(c.log, c.width)
     end
     if c.over and not c.shadow then
       allowed = 0
@@ -173,12 +173,12 @@ local function decide(rid, shape, k0)
       c.count = c.count - take_back(c.key, c.log, c.width, c.hits)
     elseif records and c.width > 0 then
       local added_hits
-      bucket, added_hits = record_buckets(c.key, c.log, c.window, c.width, c.hits, provisional, c.at,
-        c.newest)
+      bucket, added_hits = bucket_functions().record(c.key, c.log, c.window, c.width, c.hits,
+        provisional, c.at, c.newest)
       c.count = math.min(c.count + added_hits, MAX_HELD)
     elseif records then
       local first = (added and added[c.key] or 0) + 1
-      record_log(c.key, provisional and c.log, c.at, c.window, c.hits, rid, first)
+      log_functions().record(c.key, provisional and c.log, c.at, c.window, c.hits, rid, first)
       c.count = c.count + c.hits
       if added then
         added[c.key] = first + c.hits - 1
@@ -187,7 +187,8 @@ local function decide(rid, shape, k0)
     -- Full after this request (the deny cache may remember it): unless provisional hits fill it.
     if c.width > 0 then
       local span = c.window / c.width
-      if not c.over and c.count >= c.limit and buckets_provisional(c.log, c.width, span, c.at) then
+      local buckets = bucket_functions()
+      if not c.over and c.count >= c.limit and buckets.provisional(c.log, c.width, span, c.at) then
         c.reset1 = -2
       end
       if not c.over then
@@ -196,14 +197,15 @@ local function decide(rid, shape, k0)
         c.reset = 0
         if c.count > 0 then
           local oldest = c.oldest or math.floor(c.at / c.width)
-          c.reset = buckets_until_fits(c.key, oldest, 1, c.width, span, c.window, c.at)
+          c.reset = buckets.until_fits(c.key, oldest, 1, c.width, span, c.window, c.at)
         end
       end
     elseif not c.over then
-      if c.count >= c.limit and has_provisional(c.log, c.window, c.at) then
+      local logs = log_functions()
+      if c.count >= c.limit and logs.has_provisional(c.log, c.window, c.at) then
         c.reset1 = -2
       end
-      c.reset = log_reset(c.key, c.held, c.count, c.at, c.window)
+      c.reset = logs.reset(c.key, c.held, c.count, c.at, c.window)
     end
     local o = 0
     if c.over then
@@ -228,23 +230,24 @@ local function decide_log_alone(rid, key, shape)
     return false
   end
   local limit, hits = shape[1], shape[3]
+  local logs = log_functions()
   local held = redis.call('ZCARD', key)
   local reset1 = -1
   if held + 1 > limit then
-    reset1 = until_fits(key, held + 1 - limit, window)
+    reset1 = logs.until_fits(key, held + 1 - limit, window)
   end
   local over, count, reset = true, held, nil
   if hits > limit then
     reset = window
   elseif held + hits > limit then
-    reset = until_fits(key, held + hits - limit, window)
+    reset = logs.until_fits(key, held + hits - limit, window)
   else
     over, count = false, held + hits
     if hits > 0 then
-      record_log(key, nil, node_now, window, hits, rid, 1)
+      logs.record(key, nil, node_now, window, hits, rid, 1)
       recorded = true
     end
-    reset = log_reset(key, held, count, node_now, window)
+    reset = logs.reset(key, held, count, node_now, window)
   end
   return true, over, count, reset, reset1, -1
 end
@@ -253,7 +256,8 @@ end
 -- their own fields either way). `decide_buckets` carries a key in another form itself.
 local function decide_buckets_alone(key, shape)
   local limit, window, hits, width = shape[1], shape[2], shape[3], shape[5]
-  local held, count, over, reset, reset1, oldest, at, newest = decide_buckets(key, nil, limit,
+  local buckets = bucket_functions()
+  local held, count, over, reset, reset1, oldest, at, newest = buckets.decide(key, nil, limit,
     window, width, hits, 0)
   if at > latest then
     latest = at
@@ -264,13 +268,13 @@ local function decide_buckets_alone(key, shape)
   else
     if hits > 0 then
       local added
-      bucket, added = record_buckets(key, nil, window, width, hits, false, at, newest)
+      bucket, added = buckets.record(key, nil, window, width, hits, false, at, newest)
       count = math.min(count + added, MAX_HELD)
       recorded = true
     end
     reset = 0
     if count > 0 then
-      reset = buckets_until_fits(key, oldest or math.floor(at / width), 1, width, window / width,
+      reset = buckets.until_fits(key, oldest or math.floor(at / width), 1, width, window / width,
         window, at)
     end
   end
