@@ -238,7 +238,7 @@ pub fn command(
 ) -> ::redis::Cmd {
     let counters: usize = parts.iter().map(|p| p.counters.len()).sum();
     let keys = if logs { 2 * counters } else { counters + 1 };
-    let mut cmd = ::redis::Cmd::with_capacity(7 + keys + 2 * parts.len() + 5 * counters, 64 * keys);
+    let mut cmd = ::redis::Cmd::with_capacity(7 + keys + 4 * parts.len() + 5 * counters, 64 * keys);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     for part in parts {
         for c in part.counters {
