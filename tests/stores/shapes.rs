@@ -4,22 +4,18 @@
 
 use std::time::Duration;
 
+use crate::store::{counter, redis_options};
 use crate::support::RedisServer;
-use slidegate::store::{
-    Counter, CounterKey, HitKind, Precision, RedisOptions, RedisStore, Store, StoreError,
-};
+use slidegate::store::{Counter, Precision, RedisStore, Store, StoreError};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-fn counter(name: &str, limit: u64, hits: u64, shadow: bool, precision: Precision) -> Counter {
+/// The shared fixture's counter of `name` per minute, with its shadow flag and precision.
+fn shaped(name: &str, limit: u64, hits: u64, shadow: bool, precision: Precision) -> Counter {
     Counter {
-        key: CounterKey::new("shapes", [("k", name)], MINUTE),
-        limit,
-        window: MINUTE,
-        hits,
         shadow,
         precision,
-        kind: HitKind::Admitted,
+        ..counter("shapes", name, limit, MINUTE, hits)
     }
 }
 
@@ -30,31 +26,25 @@ async fn requests_of_different_shapes_in_one_call_each_get_their_own() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let store = RedisStore::connect(&RedisOptions {
-        url: server.url(),
-        prefix: "sgshapes:".into(),
-        timeout: Duration::from_secs(5),
-        deny_cache: 0,
-        ..RedisOptions::default()
-    })
-    .await
-    .expect("connect");
+    let store = RedisStore::connect(&redis_options(server.url()))
+        .await
+        .expect("connect");
     let seconds = Precision::Buckets(Duration::from_secs(1));
     // Shape 0: 2 hits of 1 on the log. Shape 1: 5 in buckets, 2 hits a request (two fit).
     // Shape 2: shape 0 in shadow (always allowed, records while it fits). Shape 3: two counters,
     // 10 and 1 (the second denies all but the first request).
     let shapes = [
-        vec![counter("log", 2, 1, false, Precision::Exact)],
-        vec![counter("buckets", 5, 2, false, seconds)],
-        vec![counter("shadow", 2, 1, true, Precision::Exact)],
+        vec![shaped("log", 2, 1, false, Precision::Exact)],
+        vec![shaped("buckets", 5, 2, false, seconds)],
+        vec![shaped("shadow", 2, 1, true, Precision::Exact)],
         vec![
-            counter("wide", 10, 1, false, Precision::Exact),
-            counter("narrow", 1, 1, false, Precision::Exact),
+            shaped("wide", 10, 1, false, Precision::Exact),
+            shaped("narrow", 1, 1, false, Precision::Exact),
         ],
     ];
     // Loads the script, so that the calls below are all in flight at once.
     store
-        .decide(&[counter("warm", 1, 1, false, Precision::Exact)])
+        .decide(&[shaped("warm", 1, 1, false, Precision::Exact)])
         .await
         .expect("warm-up");
     let before = server.command_calls("evalsha");
@@ -90,7 +80,7 @@ async fn requests_of_different_shapes_in_one_call_each_get_their_own() {
     assert_eq!(allowed, [2, 2, 8, 1], "requests allowed per shape");
     // What each key holds after the calls: its own shape's admissions.
     let held = |name: &str, precision: Precision| {
-        let check = counter(name, 1_000, 0, false, precision);
+        let check = shaped(name, 1_000, 0, false, precision);
         let store = &store;
         async move { store.decide(&[check]).await.expect("check").counters[0].count }
     };

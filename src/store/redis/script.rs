@@ -254,9 +254,10 @@ pub fn command(
         cmd.arg(PrefixedKey(prefix, CLOCK_KEY, ""));
     }
     // Each distinct shape once (see the script's arguments): a part names the first part that
-    // asks alike. A call holds at most `MAX_BATCH` parts, mostly of one or two shapes.
-    let mut shape_of = Vec::with_capacity(parts.len());
-    let mut shapes: Vec<&CallPart<'_>> = Vec::new();
+    // asks alike. A call holds at most `MAX_BATCH` parts (16), mostly of one or two shapes: on the
+    // stack.
+    let mut shape_of: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::new();
+    let mut shapes: smallvec::SmallVec<[&CallPart<'_>; 4]> = smallvec::SmallVec::new();
     for part in parts {
         match shapes.iter().position(|s| same_shape(s, part)) {
             Some(i) => shape_of.push(i + 1),
