@@ -87,7 +87,9 @@ impl RedisStore {
                 Consult::Deny(decision) => return ControlFlow::Break(decision),
                 Consult::Wait(mut done) => {
                     let until = tokio::time::Instant::from_std(stop_waiting);
-                    let _ = tokio::time::timeout_at(until, done.changed()).await;
+                    // Boxed: a rare wait, whose timer and channel future would otherwise size
+                    // every request's future.
+                    let _ = Box::pin(tokio::time::timeout_at(until, done.changed())).await;
                 }
                 Consult::Ask(leads) => return ControlFlow::Continue(leads),
             }

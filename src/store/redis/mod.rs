@@ -497,10 +497,15 @@ impl RedisStore {
                 self.ask(lanes.get(), id, false, None, counters.to_vec(), deadline)
                     .await
             }
+            // Boxed: connecting a lane and the cross-slot path make a future several times the
+            // standalone one's, which every request's future would otherwise be sized for.
             Conn::Cluster(cluster) => {
-                let Cluster { client, lanes } = &**cluster;
-                let lane = self.cluster_lane(client, lanes.get()).await?;
-                self.ask_cluster(lane, counters, deadline).await
+                Box::pin(async move {
+                    let Cluster { client, lanes } = &**cluster;
+                    let lane = self.cluster_lane(client, lanes.get()).await?;
+                    self.ask_cluster(lane, counters, deadline).await
+                })
+                .await
             }
         }
     }
@@ -530,18 +535,23 @@ impl RedisStore {
         self.shared.error(e)
     }
 
-    async fn with_timeout<T>(
-        &self,
+    /// `call` within `timeout`; a timeout marks the node unreachable.
+    ///
+    /// Not an `async fn`: one would hold `call` twice (its argument, and the timeout that it is
+    /// moved into), doubling a future that every request's box is made of and copies.
+    fn with_timeout<'a, T: 'a>(
+        &'a self,
         timeout: Duration,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let result = tokio::time::timeout(timeout, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout(timeout)));
-        if let Err(StoreError::Timeout(_)) = &result {
-            self.shared.node.unreachable();
+        call: impl Future<Output = Result<T, StoreError>> + 'a,
+    ) -> impl Future<Output = Result<T, StoreError>> + 'a {
+        let timed = tokio::time::timeout(timeout, call);
+        async move {
+            let result = timed.await.unwrap_or(Err(StoreError::Timeout(timeout)));
+            if let Err(StoreError::Timeout(_)) = &result {
+                self.shared.node.unreachable();
+            }
+            result
         }
-        result
     }
 }
 
