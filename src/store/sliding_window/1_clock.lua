@@ -139,5 +139,10 @@ if known then
   node_now = math.max(now, clock_was)
 end
 local latest, recorded = node_now, false
+-- The time of the hits a call records (the node's "now"), as text.
+local node_now_text = now_text
+if node_now ~= now then
+  node_now_text = int(node_now)
+end
 -- The reply's header, then each request's answer.
 local out = { now, 0 }

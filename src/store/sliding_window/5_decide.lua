@@ -221,17 +221,34 @@ end
 
 -- The most common request, decided without `decide`'s tables: one counter, an exact log, no flags
 -- (admitted hits, not shadow), no provisional log, with the node's clock known. The same answer
--- and writes as `decide` (a fifth fewer instructions in Redis). Returns true and the counter's
--- answer (over, count, reset, reset1, bucket), which the main loop writes; or false, having
--- written nothing, if the key is not a log: `decide` then finds its form and carries it.
+-- and writes as `decide` (a fifth fewer instructions in Redis). Appends the counter's answer and
+-- returns true; or returns false, having written nothing, if the key is not a log: `decide` then
+-- finds its form and carries it. One hit that fits (nearly every request) is recorded here, with
+-- its shape's trim bound and expiry made once a call: a twelfth fewer instructions in Redis than
+-- through the log's functions.
 local function decide_log_alone(rid, key, shape)
   local window = shape[2]
-  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', text(node_now - window))) == 'table' then
+  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', shape.since)) == 'table' then
     return false
   end
   local limit, hits = shape[1], shape[3]
-  local logs = log_functions()
   local held = redis.call('ZCARD', key)
+  local n = #out
+  if hits == 1 and held < limit then
+    redis.call('ZADD', key, node_now_text, rid)
+    redis.call('PEXPIRE', key, shape.expiry)
+    recorded = true
+    -- Until the oldest hit leaves: this one if the log held none.
+    local reset = node_now + window - now
+    if held > 0 then
+      local oldest = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+      reset = math.max(oldest[2] + window - now, 0)
+    end
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = 1, 0, held + 1,
+      reset, -1, -1
+    return true
+  end
+  local logs = log_functions()
   local reset1 = -1
   if held + 1 > limit then
     reset1 = logs.until_fits(key, held + 1 - limit, window)
@@ -249,11 +266,14 @@ local function decide_log_alone(rid, key, shape)
     end
     reset = logs.reset(key, held, count, node_now, window)
   end
-  return true, over, count, reset, reset1, -1
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = over and 0 or 1,
+    over and 1 or 0, count, reset, reset1, -1
+  return true
 end
 
 -- The same for one bucket counter (the node's clock known or not: buckets find their "now" from
--- their own fields either way). `decide_buckets` carries a key in another form itself.
+-- their own fields either way). It always decides: appends the answer and returns true
+-- (`decide_buckets` carries a key in another form itself).
 local function decide_buckets_alone(key, shape)
   local limit, window, hits, width = shape[1], shape[2], shape[3], shape[5]
   local buckets = bucket_functions()
@@ -278,7 +298,10 @@ local function decide_buckets_alone(key, shape)
         window, at)
     end
   end
-  return true, over, count, reset, reset1, bucket
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = over and 0 or 1,
+    over and 1 or 0, count, reset, reset1, bucket
+  return true
 end
 
 -- Each request is decided under `pcall`: an error (a key of a type no decision writes, left by
@@ -297,8 +320,14 @@ for s = 1, ARGV[4] + 0 do
   local n = ARGV[a + 1] + 0
   local shape
   if n == 1 then
-    shape = { ARGV[a + 2] + 0, ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0, ARGV[a + 6] + 0,
-      part = ARGV[a] == '1', n = 1 }
+    local window, width = ARGV[a + 3] + 0, ARGV[a + 6] + 0
+    -- A log's trim bound and expiry, the same for every request of the shape (`decide_log_alone`).
+    local since, expiry
+    if known and width == 0 then
+      since, expiry = text(node_now - window), text(math.ceil((node_now + window - now) / 1000))
+    end
+    shape = { ARGV[a + 2] + 0, window, ARGV[a + 4] + 0, ARGV[a + 5] + 0, width,
+      part = ARGV[a] == '1', n = 1, since = since, expiry = expiry }
   else
     shape = { part = ARGV[a] == '1', n = n }
     for j = 1, 5 * n do
@@ -315,20 +344,17 @@ for _ = 1, tonumber(ARGV[1]) do
   local shape = shapes[ARGV[a + 1]] or error('slidegate: a request names no shape of the call')
   local n = shape.n
   local mark = #out
-  -- `decide` unless a one-counter path took the request (true, and its counter's answer) or
-  -- failed in it (an error); the log's hands a key in another form over (false).
-  local ok, err, over, count, reset, reset1, bucket = true, false
+  -- `decide` unless a one-counter path answered the request (true) or failed in it (an error);
+  -- the log's hands a key in another form over (false).
+  local ok, err = true, false
   if n == 1 and not tracked and shape[4] == 0 then
     if shape[5] ~= 0 then
-      ok, err, over, count, reset, reset1, bucket = pcall(decide_buckets_alone, KEYS[k], shape)
+      ok, err = pcall(decide_buckets_alone, KEYS[k], shape)
     elseif known then
-      ok, err, over, count, reset, reset1, bucket = pcall(decide_log_alone, rid, KEYS[k], shape)
+      ok, err = pcall(decide_log_alone, rid, KEYS[k], shape)
     end
   end
-  if ok and err then
-    out[mark + 1], out[mark + 2], out[mark + 3] = over and 0 or 1, over and 1 or 0, count
-    out[mark + 4], out[mark + 5], out[mark + 6] = reset, reset1, bucket
-  elseif ok then
+  if ok and not err then
     ok, err = pcall(decide, rid, shape, k)
   end
   if not ok then
