@@ -12,6 +12,7 @@ mod support;
 mod alone_alike;
 mod auth;
 mod bucket_cost;
+mod buckets_steady;
 mod carry;
 mod charges;
 mod clock_steps;

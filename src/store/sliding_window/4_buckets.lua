@@ -198,10 +198,11 @@ local function bucket_functions()
 
   -- Pass one for a bucket counter: the hits it holds, the count with this request's earlier
   -- counters on the key, decide, and the waits (see the reply's fields); also returns the oldest
-  -- bucket's index, the counter's "now" and its field 'n' as read for pass two.
-  local function decide_buckets(key, log, limit, window, width, hits, pending)
+  -- bucket's index, the counter's "now" and its field 'n' as read for pass two. `meta`: its
+  -- fields 't', 'o', 'n', 'w' if already read, of a bucket counter of this width or of no key.
+  local function decide_buckets(key, log, limit, window, width, hits, pending, meta)
     local span = window / width
-    local meta = buckets_meta(key, log, window, width)
+    meta = meta or buckets_meta(key, log, window, width)
     local held, oldest, at = buckets_trim(key, width, span, meta)
     local c = held + pending
     local over, reset, reset1 = false, 0, -1

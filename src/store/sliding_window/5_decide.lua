@@ -274,11 +274,63 @@ end
 -- The same for one bucket counter (the node's clock known or not: buckets find their "now" from
 -- their own fields either way). It always decides: appends the answer and returns true
 -- (`decide_buckets` carries a key in another form itself).
+--
+-- One hit that fits a counter in its steady state (nearly every request) is decided and recorded
+-- here from the counter's fields alone: a bucket counter of this width, holding hits, none of
+-- them out of the window (no trim) nor later than the node's bucket (its "now" is the node's),
+-- with the shape's texts made once a call. Anything else goes the general way.
 local function decide_buckets_alone(key, shape)
   local limit, window, hits, width = shape[1], shape[2], shape[3], shape[5]
+  local meta = redis.pcall('HMGET', key, 't', 'o', 'n', 'w')
+  if meta.err ~= nil then
+    meta = nil
+  elseif meta[4] then
+    local current = shape.current
+    if not current then
+      -- The shape's texts and times at the node's bucket, made on its first counter that has
+      -- fields (a call of new keys needs none).
+      current = math.floor(node_now / width)
+      shape.current, shape.current_field, shape.width_text = current, text(current), text(width)
+      shape.current_leaves = (current + window / width + 1) * width
+      shape.bucket_expiry = text(math.ceil((shape.current_leaves - now) / 1000))
+    end
+    local held, oldest, newest = meta[1], meta[2], meta[3]
+    if meta[4] ~= shape.width_text then
+      -- To be carried to this width: the general way reads the key again.
+      meta = nil
+    elseif hits == 1 and held and oldest and newest then
+      held, oldest = held + 0, oldest + 0
+      if held > 0 and held < limit and held < MAX_HELD and oldest >= current - window / width
+        and oldest <= current and (newest == shape.current_field or newest + 0 <= current) then
+        local field = shape.current_field
+        redis.call('HINCRBY', key, 't', '1')
+        redis.call('HINCRBY', key, field, '1')
+        if newest ~= field then
+          redis.call('HSET', key, 'n', field)
+        end
+        redis.call('PEXPIRE', key, shape.bucket_expiry)
+        recorded = true
+        -- Until the oldest bucket leaves: it holds hits (this one, if it is the current bucket).
+        local reset = math.max(shape.current_leaves - now, 0)
+        if oldest < current then
+          local first = reply_number(redis.call('HGET', key, meta[2]))
+          if first and first >= 1 then
+            reset = math.max((oldest + window / width + 1) * width - now, 0)
+          else
+            reset = bucket_functions().until_fits(key, oldest, 1, width, window / width, window,
+              node_now)
+          end
+        end
+        local n = #out
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = 1, 0, held + 1,
+          reset, -1, current
+        return true
+      end
+    end
+  end
   local buckets = bucket_functions()
   local held, count, over, reset, reset1, oldest, at, newest = buckets.decide(key, nil, limit,
-    window, width, hits, 0)
+    window, width, hits, 0, meta)
   if at > latest then
     latest = at
   end
