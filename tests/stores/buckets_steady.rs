@@ -13,7 +13,7 @@ use crate::store::{bucketed, counter};
 use crate::suite_fixture::{Fixture, assert_within};
 use slidegate::store::Counter;
 
-const WINDOW: Duration = Duration::from_secs(2);
+const WINDOW: Duration = Duration::from_secs(3);
 const WIDTH: Duration = Duration::from_millis(200);
 const LIMIT: u64 = 6;
 
@@ -57,13 +57,26 @@ async fn steady(f: &Fixture) {
     assert_eq!(d.counters[0].count, 1, "[{}] A", f.name);
     let (_, a2_hi) = admitted(f, &c, 2, (a_lo, a_hi), "A2").await;
 
-    // B to E a second later, in later buckets than A's: each waits for A's bucket.
-    f.sleep(Duration::from_secs(1)).await;
+    // B to E 1.5 s later, in later buckets than A's (which stays until at least A + WINDOW):
+    // each waits for A's bucket.
+    f.sleep(Duration::from_millis(1500)).await;
     let b = admitted(f, &c, 3, (a_lo, a_hi), "B").await;
     for count in 4..=LIMIT {
         admitted(f, &c, count, (a_lo, a_hi), "C-E").await;
     }
     full(f, &c, "full").await;
+    // The key lives until its newest bucket leaves: at most WINDOW + WIDTH from now, and at
+    // least WINDOW from the second burst.
+    if let Some(ttl) = f.cli(&["PTTL"], &c) {
+        let ttl = Duration::from_millis(ttl.trim().parse().expect("PTTL"));
+        let since_b = f.now().saturating_sub(b.0);
+        assert_within(
+            "the key's expiry",
+            ttl,
+            WINDOW.saturating_sub(since_b),
+            WINDOW + WIDTH,
+        );
+    }
     if let Some(fields) = f.cli(&["HGETALL"], &c) {
         let fields: Vec<&str> = fields.lines().collect();
         let field = |name: &str| {
