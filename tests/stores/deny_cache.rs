@@ -46,15 +46,17 @@ async fn deny_cache_is_exact_and_spares_redis() {
         admitted_at.len()
     );
     // Batches of 5 at ~0 s, ~1 s, ~2 s: a hit never comes back before its predecessor 5 places
-    // earlier left, and never much later either (the cache does not delay admissions). Redis
-    // decided each somewhere between sending and answering.
+    // earlier left, and never much later either (the cache does not delay admissions: a cache
+    // that waited a window too long would be a second late; 250 ms covers this loop's thread
+    // stalled by other tests on two shared cores). Redis decided each somewhere between sending
+    // and answering.
     assert_eq!(admitted_at.len(), 15, "{admitted_at:?}");
     for i in 5..admitted_at.len() {
         let (sent, answered) = admitted_at[i];
         let (prev_sent, prev_answered) = admitted_at[i - 5];
         assert!(answered - prev_sent >= w, "too early: {admitted_at:?}");
         assert!(
-            sent.saturating_sub(prev_answered) <= w + Duration::from_millis(100),
+            sent.saturating_sub(prev_answered) <= w + Duration::from_millis(250),
             "delayed: {admitted_at:?}"
         );
     }
