@@ -300,7 +300,8 @@ local function decide_buckets_alone(key, shape)
       meta = nil
     elseif hits == 1 and held and oldest and newest then
       held, oldest = held + 0, oldest + 0
-      if held > 0 and held < limit and held < MAX_HELD and oldest >= current - window / width
+      local span = window / width
+      if held > 0 and held < limit and held < MAX_HELD and oldest >= current - span
         and oldest <= current and (newest == shape.current_field or newest + 0 <= current) then
         local field = shape.current_field
         redis.call('HINCRBY', key, 't', '1')
@@ -315,10 +316,9 @@ local function decide_buckets_alone(key, shape)
         if oldest < current then
           local first = reply_number(redis.call('HGET', key, meta[2]))
           if first and first >= 1 then
-            reset = math.max((oldest + window / width + 1) * width - now, 0)
+            reset = math.max((oldest + span + 1) * width - now, 0)
           else
-            reset = bucket_functions().until_fits(key, oldest, 1, width, window / width, window,
-              node_now)
+            reset = bucket_functions().until_fits(key, oldest, 1, width, span, window, node_now)
           end
         end
         local n = #out
