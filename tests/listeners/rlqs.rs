@@ -240,3 +240,48 @@ async fn envoys_share_a_bucket_within_its_limit_and_other_buckets_are_answered()
         "closed streams are no longer counted"
     );
 }
+
+/// A bucket id's value comes from a client (a header), so its length must not keep the bucket
+/// from its limit: a value over `--max-value-bytes` is assigned a token bucket like any other,
+/// under a ledger of its own (a second such value, differing only in its last byte, gets a first
+/// Envoy's share too, not a second Envoy's third of the same ledger).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_value_is_assigned_its_own_token_bucket() {
+    let rules = tempfile::tempdir().expect("tempdir");
+    std::fs::write(rules.path().join("rules.yaml"), RULES).expect("write rules");
+    let server = Slidegate::start(rules.path(), &[]);
+    let long = "a".repeat(5000);
+    let neighbour = format!("{}b", &long[1..]);
+    let (long, neighbour) = (
+        bucket(&[("user", long.as_str())]),
+        bucket(&[("user", neighbour.as_str())]),
+    );
+    let alice = bucket(&[("user", "alice")]);
+
+    let mut envoy = Envoy::connect(&server).await;
+    let answered = envoy
+        .report(&[alice.clone(), long.clone(), neighbour.clone()])
+        .await;
+    assert_eq!(answered.len(), 3, "{answered:?}");
+    let share = |id: &BucketId| {
+        let (_, action) = (answered.iter())
+            .find(|(answered, _)| answered == id)
+            .expect("answered");
+        strategy(action).expect("a token bucket")
+    };
+    let first = share(&alice);
+    assert_eq!(share(&long), first, "a long value, a first Envoy's share");
+    assert_eq!(
+        share(&neighbour),
+        first,
+        "its neighbour, a ledger of its own"
+    );
+    let metrics = server.get("/metrics").1;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "slidegate_rlqs_buckets_refused_total{reason=\"too_large\"}"
+        ),
+        0.0
+    );
+}

@@ -39,7 +39,7 @@ impl BucketAsked {
 pub(super) fn answer(quotas: &QuotaService, asked: BucketAsked, hide: bool) -> Response {
     let entries: Vec<(String, String)> = asked.bucket_id.into_iter().collect();
     let Some(explained) = quotas.explain(&asked.domain, &entries) else {
-        let message = "the bucket id is over the request limits (entries, key or value length)";
+        let message = "the bucket id is over the request limits (its entries, or a key's length)";
         return error_response(&LimitError::InvalidArgument(message.to_owned()));
     };
     let limits: Vec<Value> = (explained.limits.iter())

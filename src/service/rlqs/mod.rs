@@ -26,8 +26,9 @@
 //! `RESOURCE_EXHAUSTED`); a stream holds at most [`MAX_BUCKETS_PER_STREAM`] buckets; the process
 //! keeps at most [`MAX_BUCKETS`] ledgers, of which one peer makes at most
 //! [`MAX_BUCKETS_PER_PEER`], so one client cannot fill them for the others (a new bucket over
-//! either is denied until idle ledgers are dropped). A bucket id over the request limits
-//! (entries, key and value lengths) is not assigned (Envoy keeps its `no_assignment_behavior`).
+//! either is denied until idle ledgers are dropped). A bucket id over the request limits that
+//! Envoy's configuration decides (entries, key lengths) is not assigned (Envoy keeps its
+//! `no_assignment_behavior`); a value, which a client decides, is assigned whatever its length.
 //! Each refusal is counted.
 
 mod explain;
@@ -476,13 +477,16 @@ impl Shared {
         }
     }
 
-    /// Whether a bucket id (or the domain) is over the request limits.
+    /// Whether a bucket id (or the domain) is over the request limits that Envoy's configuration
+    /// decides: its number of entries, and the length of the domain and of each key. A value's
+    /// length is not among them: values come from clients (a header), and a bucket left
+    /// unassigned keeps Envoy's `no_assignment_behavior`, which may let it through. A long value
+    /// costs nothing kept: its ledger is known by a digest ([`ledger_key`]).
     fn too_large(&self, domain: &str, entries: &[(&str, &str)]) -> bool {
         let limits = &self.limiter.options().limits;
         entries.len() > limits.max_entries
             || domain.len() > limits.max_value_bytes
-            || (entries.iter())
-                .any(|(k, v)| k.len() > limits.max_value_bytes || v.len() > limits.max_value_bytes)
+            || (entries.iter()).any(|(k, _)| k.len() > limits.max_value_bytes)
     }
 
     /// What the bucket of `holder` (a bucket of `peer`), with these (sorted) entries, this usage
