@@ -12,16 +12,14 @@
 //! guard drops. Logs and generated configs of each test are kept in
 //! `target/tmp/e2e/<test name>/` for a post-mortem.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::fixtures::{
-    Envoy, Nginx, Response, Slidegate, Upstream, cluster_stat, default_config, example, http_get,
-    log_file, mutual_tls_flags, parallel_gets, parse_response, promql_scalar, read_example,
-    repo_file, rewrite, sleep_until, tcp_endpoints, test_dir, try_http, upstream_tls, url_encode,
-    write_config, write_pem,
+    Envoy, Nginx, Response, Slidegate, Upstream, cluster_stat, default_config, example,
+    get_with_raw_headers, http_get, log_file, mutual_tls_flags, parallel_gets, promql_scalar,
+    read_example, repo_file, rewrite, sleep_until, tcp_endpoints, test_dir, try_http, upstream_tls,
+    url_encode, write_config, write_pem,
 };
 use crate::support::{
     Ca, KillOnDrop, RedisServer, envoy_program, free_port, metric_value, require_program, run_ok,
@@ -229,20 +227,7 @@ fn envoy_keeps_denying_when_a_header_is_not_utf8() {
     let slidegate = Slidegate::start(&dir, &default_config(), None, "sg");
     let envoy = Envoy::start(&envoy_bin, &dir, &[slidegate.grpc_port], upstream.port);
 
-    let get = |headers: &[u8]| {
-        let mut request =
-            b"GET /bytes HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n".to_vec();
-        request.extend_from_slice(headers);
-        request.extend_from_slice(b"\r\n");
-        let mut stream = TcpStream::connect(("127.0.0.1", envoy.port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        stream.write_all(&request).expect("send");
-        let mut raw = Vec::new();
-        let _ = stream.read_to_end(&mut raw);
-        parse_response(&raw).map_or(0, |r| r.status)
-    };
+    let get = |headers: &[u8]| get_with_raw_headers(envoy.port, "/bytes", headers);
     // per_user_path: 2 per 30 s.
     for _ in 0..2 {
         assert_eq!(get(b"x-user-id: alice\r\n"), 200);

@@ -534,6 +534,27 @@ pub fn try_http(
     })
 }
 
+/// A GET of `path` with `headers` written as they are (each line ending in CRLF): headers whose
+/// bytes are not UTF-8 (obs-text), which a client may send. Its status, 0 when the exchange failed.
+pub fn get_with_raw_headers(port: u16, path: &str, headers: &[u8]) -> u16 {
+    let mut request =
+        format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n").into_bytes();
+    request.extend_from_slice(headers);
+    request.extend_from_slice(b"\r\n");
+    let exchange = || -> std::io::Result<Vec<u8>> {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+        stream.write_all(&request)?;
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw);
+        Ok(raw)
+    };
+    exchange()
+        .ok()
+        .and_then(|raw| parse_response(&raw))
+        .map_or(0, |r| r.status)
+}
+
 pub fn parse_response(raw: &[u8]) -> Option<Response> {
     let text = String::from_utf8_lossy(raw);
     let (head, rest) = text.split_once("\r\n\r\n")?;

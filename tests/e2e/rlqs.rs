@@ -18,10 +18,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::fixtures::{
-    Envoy, Slidegate, Upstream, cluster_stat, example, read_example, rewrite, sleep_until,
-    test_dir, try_http, write_config,
+    Envoy, Slidegate, Upstream, cluster_stat, example, get_with_raw_headers, read_example, rewrite,
+    sleep_until, test_dir, try_http, write_config,
 };
-use crate::support::{envoy_program, free_port};
+use crate::support::{envoy_program, free_port, metric_value};
 
 /// The rule of every test: 10 requests per 10 s for each user; teams have no rule.
 const RULES: &str = "\
@@ -210,6 +210,55 @@ fn rlqs_bucket_without_a_rule_is_allowed() {
     assert!(
         red.iter().all(|s| *s == 200),
         "team red, after its ALLOW_ALL assignment: {red:?}"
+    );
+}
+
+/// A user id that is not UTF-8 (a header's obs-text byte, which Envoy copies into the bucket id
+/// as it is): slidegate reads the report holding it and answers its other buckets, so the stream
+/// keeps serving them (a user who comes after, across Envoy's next full report, is assigned).
+/// The bucket itself is not answered, since Envoy cannot read an answer naming it (its gRPC
+/// client refuses the message and closes the stream): it keeps the example's `DENY_ALL`, and
+/// slidegate counts it.
+#[test]
+fn rlqs_a_user_id_that_is_not_utf8_breaks_no_stream() {
+    let Some(envoy_bin) = envoy_program() else {
+        return;
+    };
+    let dir = test_dir("rlqs_obs_text");
+    let (_upstream, slidegate, envoy) = start(&dir, &envoy_bin);
+    let bob = || get_with_raw_headers(envoy.port, "/hello", b"x-user-id: b\xf6b\r\n");
+
+    // 6 s of b\xf6b, across Envoy's 5 s report: denied throughout (no assignment can reach it).
+    let start = Instant::now();
+    let bobs: Vec<u16> = (0..12)
+        .map(|i| {
+            sleep_until(start + PACE * 5 * i);
+            bob()
+        })
+        .collect();
+    assert!(bobs.iter().all(|s| *s == 429), "b\\xf6b: {bobs:?}");
+
+    // The stream still answers the other buckets: a new user is assigned.
+    let carol = until_allowed(
+        envoy.port,
+        &[("x-user-id", "carol")],
+        Duration::from_secs(12),
+    );
+    assert_decided("carol", &carol);
+    assert_eq!(
+        carol.last(),
+        Some(&200),
+        "the stream stopped answering after a user id that is not UTF-8: {carol:?}"
+    );
+    let metrics = try_http(slidegate.admin_port, "GET", "/metrics", &[], "")
+        .expect("metrics")
+        .body;
+    assert!(
+        metric_value(
+            &metrics,
+            "slidegate_rlqs_buckets_refused_total{reason=\"not_utf8\"}"
+        ) >= 1.0,
+        "{metrics}"
     );
 }
 

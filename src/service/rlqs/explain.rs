@@ -39,7 +39,7 @@ impl QuotaService {
     /// the request limits, which a report would not have assigned either.
     pub fn explain(&self, domain: &str, entries: &[(String, String)]) -> Option<BucketExplained> {
         let shared = &self.shared;
-        let entries = sorted(entries.iter().map(|(k, v)| (k, v)));
+        let entries = sorted(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         if shared.too_large(domain, &entries) {
             return None;
         }

@@ -29,12 +29,16 @@
 //! either is denied until idle ledgers are dropped). A bucket id over the request limits that
 //! Envoy's configuration decides (entries, key lengths) is not assigned (Envoy keeps its
 //! `no_assignment_behavior`); a value, which a client decides, is assigned whatever its length.
-//! Each refusal is counted.
+//! A bucket id with a value that is not UTF-8 is read but not answered: Envoy could not read an
+//! answer naming it ([`wire`]). Each refusal is counted.
 
 mod explain;
+mod wire;
 
 pub use explain::BucketExplained;
+pub use wire::QuotaServer;
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -43,16 +47,8 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket as ProtoTokenBucket};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
     AbandonAction, BucketAction as Action, QuotaAssignmentAction,
-};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
-    RateLimitQuotaService, RateLimitQuotaServiceServer,
-};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 use futures::Stream;
@@ -60,10 +56,11 @@ use parking_lot::Mutex;
 use prometheus::{Histogram, IntCounter, IntGauge};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
+use wire::{WireBucketAction as BucketAction, WireReports, WireResponse, WireUsage};
 
 use super::PeerKey;
 use crate::config::BucketOrder;
-use crate::limiter::RateLimiter;
+use crate::limiter::{RateLimiter, entry_text};
 use crate::metrics::Metrics;
 use crate::store::quota::{
     Assignment, Full, LedgerKey, Quota, QuotaLedgers, TTL, Usage, ledger_key,
@@ -126,6 +123,7 @@ struct QuotaMetrics {
     too_many: IntCounter,
     too_many_from_peer: IntCounter,
     too_large: IntCounter,
+    not_utf8: IntCounter,
     too_complex: IntCounter,
     ambiguous: IntCounter,
     assigned: Histogram,
@@ -148,7 +146,8 @@ impl QuotaMetrics {
                 "slidegate_rlqs_buckets_refused_total",
                 "RLQS buckets not assigned (or denied), by reason: too_many (per stream or in \
                  all), too_many_from_peer (the ledgers one peer may make), too_large (a bucket id \
-                 over the request limits), too_complex (its order search ran out: denied).",
+                 over the request limits), not_utf8 (a value Envoy could not read back in an \
+                 answer), too_complex (its order search ran out: denied).",
                 &["reason"],
             )
             .expect("metric definitions are valid");
@@ -173,6 +172,7 @@ impl QuotaMetrics {
             too_many: refused.with_label_values(&["too_many"]),
             too_many_from_peer: refused.with_label_values(&["too_many_from_peer"]),
             too_large: refused.with_label_values(&["too_large"]),
+            not_utf8: refused.with_label_values(&["not_utf8"]),
             too_complex: refused.with_label_values(&["too_complex"]),
             assigned: metrics
                 .ratio(
@@ -304,21 +304,15 @@ impl QuotaService {
         }
     }
 
-    /// The tonic service, with its message bound.
-    pub fn server(self) -> RateLimitQuotaServiceServer<QuotaService> {
-        RateLimitQuotaServiceServer::new(self).max_decoding_message_size(MAX_REPORT_BYTES)
+    /// The gRPC route, with its message bound.
+    pub fn server(self) -> QuotaServer {
+        QuotaServer::new(self, MAX_REPORT_BYTES)
     }
-}
 
-type Answers = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl RateLimitQuotaService for QuotaService {
-    type StreamRateLimitQuotasStream = Answers;
-
-    async fn stream_rate_limit_quotas(
+    /// `StreamRateLimitQuotas`: answers each report of the stream as it comes.
+    fn stream(
         &self,
-        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+        request: Request<Streaming<WireReports>>,
     ) -> Result<Response<Answers>, Status> {
         let peer = request.extensions().get::<PeerKey>().copied();
         let open = StreamTicket::take(&self.shared, peer)?;
@@ -349,6 +343,8 @@ impl RateLimitQuotaService for QuotaService {
         Ok(Response::new(Box::pin(outbound)))
     }
 }
+
+type Answers = Pin<Box<dyn Stream<Item = Result<WireResponse, Status>> + Send>>;
 
 /// One open stream of a peer: counted while it lives, in the gauge and against its peer's cap.
 struct StreamTicket {
@@ -392,10 +388,10 @@ impl Shared {
     /// The answer to one report of a stream of `peer` whose buckets are `buckets`.
     fn answer(
         &self,
-        report: &RateLimitQuotaUsageReports,
+        report: &WireReports,
         peer: Option<PeerKey>,
         buckets: &mut StreamBuckets,
-    ) -> RateLimitQuotaResponse {
+    ) -> WireResponse {
         let mut actions = Vec::new();
         let mut answered = HashSet::new();
         for usage in &report.bucket_quota_usages {
@@ -405,7 +401,18 @@ impl Shared {
                 self.metrics.too_many.inc();
                 break;
             }
-            let entries = sorted(&id.bucket);
+            // An answer names its bucket by the id as reported, and Envoy's gRPC client refuses
+            // a message holding a string that is not UTF-8 and closes the stream: such a bucket
+            // cannot be answered without breaking every other bucket's answers.
+            if (id.bucket.values()).any(|v| std::str::from_utf8(v).is_err()) {
+                self.metrics.not_utf8.inc();
+                continue;
+            }
+            // Values as the rules read them (most stand for themselves: nothing is copied).
+            let texts: Vec<(&str, Cow<str>)> = (id.bucket.iter())
+                .map(|(k, v)| (k.as_str(), entry_text(v)))
+                .collect();
+            let entries = sorted(texts.iter().map(|(k, v)| (*k, v.as_ref())));
             if self.too_large(&report.domain, &entries) {
                 self.metrics.too_large.inc();
                 continue;
@@ -472,7 +479,7 @@ impl Shared {
                 })),
             });
         }
-        RateLimitQuotaResponse {
+        WireResponse {
             bucket_action: actions,
         }
     }
@@ -600,7 +607,7 @@ impl Shared {
 }
 
 /// What a report says of one bucket, as the ledger keeps it.
-fn reported(usage: &BucketQuotaUsage) -> Usage {
+fn reported(usage: &WireUsage) -> Usage {
     let elapsed = usage.time_elapsed.map(|d| {
         let secs = u64::try_from(d.seconds).unwrap_or(0);
         Duration::new(secs, u32::try_from(d.nanos).unwrap_or(0).min(999_999_999))
@@ -613,12 +620,8 @@ fn reported(usage: &BucketQuotaUsage) -> Usage {
 }
 
 /// A bucket id's entries (a reported one, or one asked about), sorted by key.
-fn sorted<'a>(
-    entries: impl IntoIterator<Item = (&'a String, &'a String)>,
-) -> Vec<(&'a str, &'a str)> {
-    let mut sorted: Vec<(&str, &str)> = (entries.into_iter())
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+fn sorted<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<(&'a str, &'a str)> {
+    let mut sorted: Vec<(&str, &str)> = entries.into_iter().collect();
     sorted.sort_unstable();
     sorted
 }
