@@ -9,6 +9,11 @@
 //!   window, whatever a later reload makes of the limit. The counter is carried into buckets
 //!   (its hits kept), and the next decision that asks for the log carries it back once it holds
 //!   at most [`LOG_RECORD_MAX`] hits; until then it is decided as those buckets.
+//! - **A log that charges would take past [`log_held_max`]** is carried into those buckets by the
+//!   store when the charge comes (charges land over the limit, one entry each, so without this
+//!   a log's size would follow the charged traffic rather than its limit), and stays there as
+//!   above. Every hit is kept, as a count. The bound is more than a log carried back may hold by
+//!   [`LOG_RECORD_MAX`], so a counter moves between the forms at most once per that many hits.
 //! - **A counter named twice in one request in two representations** (a rule and a limit override
 //!   on the same entries and window share one counter) is decided in the coarser of them for
 //!   the whole request: buckets over the log, wider buckets over narrower ones. Buckets count the
@@ -25,6 +30,15 @@ use crate::Scratch;
 /// carried back into a log (`--max-hits`' default; `LOG_CARRY_MAX` in
 /// `sliding_window/2_carry.lua`).
 pub const LOG_RECORD_MAX: u64 = 4096;
+
+/// The most hits a counter kept as the exact log holds after a charge: its limit (what admitted
+/// hits alone can fill) or [`LOG_RECORD_MAX`], whichever is more, and [`LOG_RECORD_MAX`] over it.
+/// A charge that would take the log past it carries the log into buckets
+/// ([`Precision::for_debt`]); `log_held_max` in `sliding_window/2_carry.lua` is the same. Checked
+/// at a key's first naming in a request, so a request naming it again may add its hits past it.
+pub fn log_held_max(limit: u64) -> u64 {
+    limit.max(LOG_RECORD_MAX).saturating_add(LOG_RECORD_MAX)
+}
 
 impl Precision {
     /// The buckets a counter of `window` takes to hold a debt: the automatic width (a sixtieth or

@@ -116,8 +116,13 @@ enum Tally {
 impl Tally {
     /// The empty state `counter`'s precision asks for.
     fn new(counter: &Counter) -> Tally {
-        let window = micros(counter.window);
-        match counter.precision {
+        Tally::of(counter.precision, counter.window)
+    }
+
+    /// An empty counter of `window` kept as `precision`.
+    fn of(precision: Precision, window: Duration) -> Tally {
+        let window = micros(window);
+        match precision {
             Precision::Buckets(width) if !width.is_zero() => {
                 Tally::Buckets(Buckets::new(window, micros(width)))
             }

@@ -14,6 +14,7 @@ mod auth;
 mod bucket_cost;
 mod buckets_steady;
 mod carry;
+mod charged_log_bound;
 mod charges;
 mod clock_steps;
 mod concurrency;

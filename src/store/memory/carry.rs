@@ -12,12 +12,14 @@
 //! until enough has left.
 
 use super::{Counter, Tally, micros};
-use crate::store::{LOG_RECORD_MAX, Precision};
+use crate::store::form::log_held_max;
+use crate::store::{HitKind, LOG_RECORD_MAX, Precision};
 
 impl Tally {
     /// This counter in the representation `counter` asks for: as it is when it already has it,
     /// else rebuilt from its hits (see the module docs), the store's clock showing `now`. Buckets
-    /// holding more than [`LOG_RECORD_MAX`] hits stay buckets where a log is asked for.
+    /// holding more than [`LOG_RECORD_MAX`] hits stay buckets where a log is asked for, and a log
+    /// that a charge would take past [`log_held_max`] goes into buckets ([`Precision::for_debt`]).
     pub(super) fn conform(&mut self, counter: &Counter, now: u64) -> &mut Tally {
         let wanted = match counter.precision {
             Precision::Buckets(width) if !width.is_zero() => Some(micros(width)),
@@ -31,15 +33,30 @@ impl Tally {
         // fewer (see `store::form`): carried into a log, a debt would cost an entry per hit.
         let stays = wanted.is_none() && self.series().hits() > LOG_RECORD_MAX;
         if wanted != has && !stays {
+            self.carry(counter.precision, counter.window, now);
+        } else if has.is_none() && counter.kind == HitKind::Charged {
+            // Not after a carry back into a log: that holds at most `LOG_RECORD_MAX`, and a charge
+            // kept in a log at most as many (`store::form`), so it could not pass the bound (the
+            // script checks after it too, and finds the same).
             let upto = now.max(self.series().newest().unwrap_or(0));
-            let mut carried = Tally::new(counter);
-            let series = carried.series_mut();
-            for (at, hits) in self.latest_instants() {
-                series.record(at.min(upto), hits);
+            self.series_mut().trim(upto);
+            let held = self.series().hits().saturating_add(counter.hits);
+            if held > log_held_max(counter.limit) {
+                self.carry(Precision::for_debt(counter.window), counter.window, now);
             }
-            *self = carried;
         }
         self
+    }
+
+    /// Rebuilds this counter as `precision` from its hits (see the module docs).
+    fn carry(&mut self, precision: Precision, window: std::time::Duration, now: u64) {
+        let upto = now.max(self.series().newest().unwrap_or(0));
+        let mut carried = Tally::of(precision, window);
+        let series = carried.series_mut();
+        for (at, hits) in self.latest_instants() {
+            series.record(at.min(upto), hits);
+        }
+        *self = carried;
     }
 
     /// The hits held, each at the latest instant it can have been admitted, oldest first.

@@ -174,8 +174,29 @@ local function carry_functions()
     end
   end
 
+  -- The most hits a log holds after a charge (`log_held_max` in `store/form.rs`): its limit or
+  -- `LOG_CARRY_MAX`, whichever is more, and `LOG_CARRY_MAX` over it. A charge that would take a
+  -- log past it carries the log into buckets (`debt_width`): charges land over the limit, and a
+  -- log keeps a member per hit.
+  local function log_held_max(limit)
+    return math.max(limit, LOG_CARRY_MAX) + LOG_CARRY_MAX
+  end
+
+  -- The buckets a debt is kept in (`Precision::for_debt` in `store/form.rs`): a sixtieth of the
+  -- window, or a fiftieth where a sixtieth is not a whole number of microseconds, else the window.
+  local function debt_width(window)
+    if window >= 60 and window % 60 == 0 then
+      return window / 60
+    elseif window >= 50 and window % 50 == 0 then
+      return window / 50
+    end
+    return window
+  end
+
   carry_functions_made = {
     carry = carry,
+    debt_width = debt_width,
+    log_held_max = log_held_max,
     stray = stray,
     provisional_form = provisional_form,
   }

@@ -115,7 +115,8 @@ local function decide(rid, shape, k0)
     -- A key named again in this request keeps the form its first naming found it in (buckets
     -- kept for a large total may fall under `LOG_CARRY_MAX` once trimmed): one form per key and
     -- request, so that pass two writes each key as the type pass one left it.
-    if form and form[c.key] ~= nil then
+    local named = form and form[c.key] ~= nil
+    if named then
       c.width = form[c.key]
     end
     -- With the node's clock known a log's trim, which fails on a hash, also tells its form.
@@ -128,6 +129,18 @@ local function decide(rid, shape, k0)
       c.width, c.at = log_functions().form(c.key, c.log, c.window)
       if known and c.at then
         c.at = node_now
+      end
+    end
+    -- A charge that would take a log past what a log holds carries it into buckets first.
+    if c.width == 0 and c.charged and not named then
+      if not c.trimmed then
+        redis.call('ZREMRANGEBYSCORE', c.key, '-inf', int(c.at - c.window))
+        c.trimmed = true
+      end
+      local carrying = carry_functions()
+      if redis.call('ZCARD', c.key) + c.hits > carrying.log_held_max(c.limit) then
+        c.width = carrying.debt_width(c.window)
+        carrying.carry(c.key, c.log, true, c.window, c.width)
       end
     end
     if form then
