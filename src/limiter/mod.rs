@@ -296,7 +296,7 @@ impl RateLimiter {
                 near_limit,
             );
             if code == Code::OverLimit {
-                let rule = limited.label_of(chosen - range.start);
+                let rule = limited.plain_label_of(chosen - range.start);
                 self.limited
                     .deny(&counters[chosen].key, rule, SystemTime::now());
             }
@@ -411,8 +411,13 @@ impl RateLimiter {
     fn rule_of(&self, limited: &Limited<'_>, deciding: usize) -> Option<Box<DecidingRule>> {
         self.options.name_rules.then(|| {
             let rule = limited.label_of(deciding);
+            let plain = limited.carries_values().then(|| {
+                let plain = limited.plain_label_of(deciding);
+                crate::metrics::bounded_to(plain, envoy_stats::MAX_KEY_BYTES).into_owned()
+            });
             Box::new(DecidingRule {
                 name: crate::metrics::bounded_to(rule, envoy_stats::MAX_KEY_BYTES).into_owned(),
+                plain_name: plain,
                 metadata: limited.rule.and_then(|rule| rule.metadata.clone()),
             })
         })

@@ -67,6 +67,22 @@ impl Limited<'_> {
             _ => &self.label,
         }
     }
+
+    /// [`Limited::label_of`] without the request's values, which the metrics name of a rule
+    /// with `detailed_metric` or `value_to_metric` carries: such a rule by its own name (or
+    /// path). What the operator listener shows beside a counter's entries, whose values
+    /// `--operator-hide-values` hides.
+    pub(super) fn plain_label_of(&self, i: usize) -> &str {
+        match self.rule {
+            Some(rule) if self.carries_values() => rule.stats_name(),
+            _ => self.label_of(i),
+        }
+    }
+
+    /// Whether [`Limited::label_of`] carries the request's values (a rule's detailed name).
+    pub(super) fn carries_values(&self) -> bool {
+        self.rule.is_some() && !self.own_labels
+    }
 }
 
 impl RateLimiter {

@@ -49,6 +49,9 @@ pub struct DecidingRule {
     /// Its metrics name (or its limit's, under `rate_limits`), at most
     /// [`envoy_stats::MAX_KEY_BYTES`](super::envoy_stats::MAX_KEY_BYTES) long.
     pub name: String,
+    /// Its name without the request's values where `name` carries them (a rule with
+    /// `detailed_metric` or `value_to_metric`): what is shown where values are hidden.
+    pub plain_name: Option<String>,
     /// Its `metadata` from the rule file, if any.
     pub metadata: Option<Arc<RuleMetadata>>,
 }

@@ -21,6 +21,7 @@ mod empty_rules;
 mod endpoints;
 mod explain;
 mod guarantee;
+mod hidden_values;
 mod hostile;
 mod http_bounds;
 mod limited;

@@ -185,7 +185,11 @@ impl fmt::Display for Descriptors<'_, '_> {
             }
             f.write_str("]")?;
             if let Some(rule) = &status.rule {
-                write!(f, " rule={}", rule.name)?;
+                let name = match &rule.plain_name {
+                    Some(plain) if self.hide => plain,
+                    _ => &rule.name,
+                };
+                write!(f, " rule={name}")?;
             }
             match &status.current_limit {
                 Some(limit) => write!(

@@ -7,7 +7,7 @@
 //! `/metrics` serves, off the request path, so a decision costs nothing more; its size is bounded
 //! by the rule labels the metrics already cap.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +16,8 @@ use prometheus::proto::MetricFamily;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
+use crate::config::RuleSet;
+use crate::metrics::{Metrics, OVERFLOW_RULE};
 use crate::service::http_routes::AppState;
 
 /// How often the ring takes a sample.
@@ -125,13 +126,26 @@ impl History {
         }
     }
 
-    fn to_json(&self) -> Value {
+    /// The samples, each rule's decisions under its label, or under `(hidden)` for a label that
+    /// is not `shown` (one made of a request's values), added together.
+    fn to_json(&self, shown: &dyn Fn(&str) -> bool) -> Value {
         let samples: Vec<Value> = self
             .samples
             .iter()
             .map(|s| {
-                let decisions: Vec<Value> = s
-                    .decisions
+                let mut merged: BTreeMap<(&str, &str), [u64; 3]> = BTreeMap::new();
+                for ((domain, rule), counts) in &s.decisions {
+                    let rule = if shown(rule) {
+                        rule.as_str()
+                    } else {
+                        "(hidden)"
+                    };
+                    let sum = merged.entry((domain.as_str(), rule)).or_default();
+                    for (sum, count) in sum.iter_mut().zip(counts) {
+                        *sum += count;
+                    }
+                }
+                let decisions: Vec<Value> = merged
                     .iter()
                     .map(|((domain, rule), [allowed, denied, shadow])| {
                         json!({"domain": domain, "rule": rule, "allowed": allowed,
@@ -183,8 +197,8 @@ pub(super) fn handler(
     reset_enabled: bool,
     hide_values: bool,
 ) -> Value {
-    let rules = state.front.limiter().rules().load();
-    let rules: Vec<Value> = rules
+    let loaded = state.front.limiter().rules().load();
+    let rules: Vec<Value> = loaded
         .rules()
         .into_iter()
         .map(|rule| {
@@ -202,6 +216,7 @@ pub(super) fn handler(
                    "quota": rule.quota_mode, "replaces": rule.replaces, "source": &*rule.source})
         })
         .collect();
+    let plain = PlainLabels::of(&loaded);
     let config = state.config_status.load();
     let families = state.front.metrics().gather();
     let nodes: Vec<Value> = families
@@ -224,8 +239,29 @@ pub(super) fn handler(
             "lastError": config.last_error.as_deref(),
         },
         "store": {"kind": store.kind(), "serving": state.health.is_serving(), "nodes": nodes},
-        "history": history.lock().to_json(),
+        "history": history.lock().to_json(&|label| !hide_values || plain.is_shown(label)),
         "resetEnabled": reset_enabled,
         "hideValues": hide_values,
     })
+}
+
+/// The metrics `rule` labels made of configuration alone: the rules' and limits' names (or
+/// paths), overrides' keys and the overflow label; not the names of rules with `detailed_metric`
+/// or `value_to_metric`, which carry a request's values.
+struct PlainLabels<'a>(HashSet<&'a str>);
+
+impl<'a> PlainLabels<'a> {
+    fn of(rules: &'a RuleSet) -> PlainLabels<'a> {
+        let names = rules.rules().into_iter().flat_map(|rule| {
+            let limits = rule.limits.iter().filter_map(|l| l.name.as_deref());
+            [rule.stats_name(), rule.path.as_str()]
+                .into_iter()
+                .chain(limits)
+        });
+        PlainLabels(names.collect())
+    }
+
+    fn is_shown(&self, label: &str) -> bool {
+        label == OVERFLOW_RULE || label.starts_with("override:") || self.0.contains(label)
+    }
 }
