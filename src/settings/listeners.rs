@@ -38,9 +38,10 @@ pub struct ListenSettings {
     pub admin_addr: Address,
     /// Leave descriptor values out of what the operator listener answers (POST /explain,
     /// GET /limited and DELETE /counters show each value as `(hidden)` and no counter keys, which
-    /// carry them; a rule named by values, `detailed_metric` or `value_to_metric`, goes by its
-    /// path; /metrics keeps such names): for operators whose descriptor values are personal data
-    /// (user ids, addresses).
+    /// carry them; the decision log names a rule named by values, `detailed_metric` or
+    /// `value_to_metric`, by its path and /status.json counts its decisions under `(hidden)`;
+    /// /metrics keeps such names): for operators whose descriptor values are personal data (user
+    /// ids, addresses).
     #[arg(long, env = "SLIDEGATE_OPERATOR_HIDE_VALUES", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub operator_hide_values: bool,

@@ -92,20 +92,21 @@ async fn hidden_values_stay_out_of_the_rules_named_by_them() {
         assert!(lines.iter().all(|l| !l.contains(secret)), "{lines:?}");
     }
 
-    // A sample every 5 s: the decisions show in the next one, the value-made names as one.
+    // A sample every 5 s: the decisions show in the next one (or two), the value-made names as
+    // one.
     let started = Instant::now();
     loop {
         let answer = status(&server).await;
+        for secret in secrets {
+            assert!(!answer.to_string().contains(secret), "{answer}");
+        }
         let mut rules = status_rules(&answer);
         rules.sort_unstable();
-        if !rules.is_empty() {
-            assert_eq!(rules, ["(hidden)", "per_user"], "{answer}");
-            for secret in secrets {
-                assert!(!answer.to_string().contains(secret), "{answer}");
-            }
+        rules.dedup();
+        if rules == ["(hidden)", "per_user"] {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(15), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(20), "{answer}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 

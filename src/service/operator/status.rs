@@ -7,6 +7,7 @@
 //! `/metrics` serves, off the request path, so a decision costs nothing more; its size is bounded
 //! by the rule labels the metrics already cap.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -17,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::config::RuleSet;
-use crate::metrics::{Metrics, OVERFLOW_RULE};
+use crate::metrics::{Metrics, OVERFLOW_RULE, bounded_label};
 use crate::service::http_routes::AppState;
 
 /// How often the ring takes a sample.
@@ -128,14 +129,14 @@ impl History {
 
     /// The samples, each rule's decisions under its label, or under `(hidden)` for a label that
     /// is not `shown` (one made of a request's values), added together.
-    fn to_json(&self, shown: &dyn Fn(&str) -> bool) -> Value {
+    fn to_json(&self, shown: &dyn Fn(&str, &str) -> bool) -> Value {
         let samples: Vec<Value> = self
             .samples
             .iter()
             .map(|s| {
                 let mut merged: BTreeMap<(&str, &str), [u64; 3]> = BTreeMap::new();
                 for ((domain, rule), counts) in &s.decisions {
-                    let rule = if shown(rule) {
+                    let rule = if shown(domain, rule) {
                         rule.as_str()
                     } else {
                         "(hidden)"
@@ -239,29 +240,32 @@ pub(super) fn handler(
             "lastError": config.last_error.as_deref(),
         },
         "store": {"kind": store.kind(), "serving": state.health.is_serving(), "nodes": nodes},
-        "history": history.lock().to_json(&|label| !hide_values || plain.is_shown(label)),
+        "history": history.lock().to_json(&|domain, label| !hide_values || plain.is_shown(domain, label)),
         "resetEnabled": reset_enabled,
         "hideValues": hide_values,
     })
 }
 
-/// The metrics `rule` labels made of configuration alone: the rules' and limits' names (or
-/// paths), overrides' keys and the overflow label; not the names of rules with `detailed_metric`
-/// or `value_to_metric`, which carry a request's values.
-struct PlainLabels<'a>(HashSet<&'a str>);
+/// The metrics `rule` labels made of configuration alone, per domain: the rules' and limits'
+/// names (or paths) as the metrics bound them, overrides' keys and the overflow label; not the
+/// names of rules with `detailed_metric` or `value_to_metric`, which carry a request's values.
+struct PlainLabels<'a>(HashSet<(&'a str, Cow<'a, str>)>);
 
 impl<'a> PlainLabels<'a> {
     fn of(rules: &'a RuleSet) -> PlainLabels<'a> {
         let names = rules.rules().into_iter().flat_map(|rule| {
             let limits = rule.limits.iter().filter_map(|l| l.name.as_deref());
-            [rule.stats_name(), rule.path.as_str()]
+            let names = [rule.stats_name(), rule.path.as_str()]
                 .into_iter()
-                .chain(limits)
+                .chain(limits);
+            names.map(|name| (rule.domain.as_str(), bounded_label(name)))
         });
         PlainLabels(names.collect())
     }
 
-    fn is_shown(&self, label: &str) -> bool {
-        label == OVERFLOW_RULE || label.starts_with("override:") || self.0.contains(label)
+    fn is_shown(&self, domain: &str, label: &str) -> bool {
+        label == OVERFLOW_RULE
+            || label.starts_with("override:")
+            || self.0.contains(&(domain, Cow::Borrowed(label)))
     }
 }
