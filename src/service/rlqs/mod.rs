@@ -639,7 +639,54 @@ fn seconds(secs: u64) -> ProtoDuration {
 
 #[cfg(test)]
 mod tests {
+    use arc_swap::ArcSwap;
+
+    use super::wire::WireBucketId;
     use super::*;
+    use crate::config::load_sources;
+    use crate::limiter::{DecisionMetrics, Options};
+    use crate::store::{ManualClock, MemoryStore};
+
+    /// A report whose one bucket id holds a value that is not UTF-8: the other buckets are
+    /// answered, that one is not (an answer naming it would make Envoy close the stream), and
+    /// the refusal is counted.
+    #[test]
+    fn a_bucket_that_is_not_utf8_is_left_out_and_the_others_answered() {
+        let rules = "domain: rlqs\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n";
+        let rules = load_sources(&[("rules.yaml".to_string(), rules.to_string())])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = Metrics::new();
+        let limiter = RateLimiter::new(
+            Arc::new(ArcSwap::from_pointee(rules)),
+            Arc::new(MemoryStore::new(Arc::new(ManualClock::new(
+                Duration::from_secs(1),
+            )))),
+            Options::default(),
+            Arc::new(DecisionMetrics::new(&metrics)),
+        );
+        let service = QuotaService::new(Arc::new(limiter), &metrics);
+        let id = |value: &[u8]| WireBucketId {
+            bucket: HashMap::from([("user".to_owned(), value.to_vec())]),
+        };
+        let usage = |value: &[u8]| WireUsage {
+            bucket_id: Some(id(value)),
+            time_elapsed: None,
+            num_requests_allowed: 1,
+            num_requests_denied: 0,
+        };
+        let report = WireReports {
+            domain: "rlqs".to_owned(),
+            bucket_quota_usages: vec![usage(b"b\xf6b"), usage(b"alice"), usage(b"bob")],
+        };
+        let answer = service
+            .shared
+            .answer(&report, None, &mut StreamBuckets::default());
+        let answered: Vec<_> = (answer.bucket_action.iter())
+            .map(|a| a.bucket_id.clone())
+            .collect();
+        assert_eq!(answered, [Some(id(b"alice")), Some(id(b"bob"))]);
+        assert_eq!(service.shared.metrics.not_utf8.get(), 1);
+    }
 
     /// A bucket that reports no request for [`ABANDON_AFTER`] is abandoned (and forgotten: its
     /// next report is a new bucket); one with requests stays; a stream holds at most
