@@ -217,7 +217,8 @@ pub(super) fn handler(
                    "quota": rule.quota_mode, "replaces": rule.replaces, "source": &*rule.source})
         })
         .collect();
-    let plain = PlainLabels::of(&loaded);
+    // Only where values are hidden: the set is built for each answer.
+    let plain = hide_values.then(|| PlainLabels::of(&loaded));
     let config = state.config_status.load();
     let families = state.front.metrics().gather();
     let nodes: Vec<Value> = families
@@ -240,7 +241,9 @@ pub(super) fn handler(
             "lastError": config.last_error.as_deref(),
         },
         "store": {"kind": store.kind(), "serving": state.health.is_serving(), "nodes": nodes},
-        "history": history.lock().to_json(&|domain, label| !hide_values || plain.is_shown(domain, label)),
+        "history": history.lock().to_json(&|domain, label| {
+            plain.as_ref().is_none_or(|plain| plain.is_shown(domain, label))
+        }),
         "resetEnabled": reset_enabled,
         "hideValues": hide_values,
     })

@@ -1,11 +1,9 @@
 //! What a bucket id gets from the Rate Limit Quota Service now, for `POST /explain`: the rule it
 //! reaches, and each Envoy's share of it from the bucket's ledger, assigning nothing.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
-use super::{Free, QuotaService, Reach, sorted};
-use crate::limiter::entry_text;
+use super::{Free, QuotaService, Reach, as_read, sorted};
 
 /// A bucket id explained.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,11 +39,9 @@ impl QuotaService {
     /// the request limits, which a report would not have assigned either.
     pub fn explain(&self, domain: &str, entries: &[(String, String)]) -> Option<BucketExplained> {
         let shared = &self.shared;
-        // The values as a report's are read (`answer`): the same ledger and rule.
-        let texts: Vec<(&str, Cow<str>)> = (entries.iter())
-            .map(|(k, v)| (k.as_str(), entry_text(v.as_bytes())))
-            .collect();
-        let entries = sorted(texts.iter().map(|(k, v)| (*k, v.as_ref())));
+        // The values read as a report's are: the same ledger and rule.
+        let texts = as_read(entries.iter().map(|(k, v)| (k.as_str(), v.as_bytes())));
+        let entries = sorted(&texts);
         if shared.too_large(domain, &entries) {
             return None;
         }

@@ -408,11 +408,8 @@ impl Shared {
                 self.metrics.not_utf8.inc();
                 continue;
             }
-            // Values as the rules read them (most stand for themselves: nothing is copied).
-            let texts: Vec<(&str, Cow<str>)> = (id.bucket.iter())
-                .map(|(k, v)| (k.as_str(), entry_text(v)))
-                .collect();
-            let entries = sorted(texts.iter().map(|(k, v)| (*k, v.as_ref())));
+            let texts = as_read(id.bucket.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+            let entries = sorted(&texts);
             if self.too_large(&report.domain, &entries) {
                 self.metrics.too_large.inc();
                 continue;
@@ -620,10 +617,16 @@ fn reported(usage: &WireUsage) -> Usage {
 }
 
 /// A bucket id's entries (a reported one, or one asked about), sorted by key.
-fn sorted<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<(&'a str, &'a str)> {
-    let mut sorted: Vec<(&str, &str)> = entries.into_iter().collect();
+fn sorted<'a>(entries: &'a [(&'a str, Cow<'a, str>)]) -> Vec<(&'a str, &'a str)> {
+    let mut sorted: Vec<(&str, &str)> = (entries.iter()).map(|(k, v)| (*k, v.as_ref())).collect();
     sorted.sort_unstable();
     sorted
+}
+
+/// A bucket id's entries with their values as the rules read them ([`entry_text`], as the
+/// request path reads a descriptor's): most stand for themselves, and nothing is copied.
+fn as_read<'a>(entries: impl Iterator<Item = (&'a str, &'a [u8])>) -> Vec<(&'a str, Cow<'a, str>)> {
+    entries.map(|(k, v)| (k, entry_text(v))).collect()
 }
 
 fn blanket(rule: BlanketRule) -> Strategy {
